@@ -1,0 +1,274 @@
+//! The type registry: what every ggml type is, collected from `inventory` submissions and
+//! indexed once.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use crate::{Error, Result};
+
+/// A block decoder: `src` holds whole blocks, `dst` has `block_size` floats per block.
+/// Callers ([`TypeTraits::dequantize`]) check the lengths first.
+pub type DequantizeFn = fn(src: &[u8], dst: &mut [f32]);
+/// ggml's `from_float_ref`: encode whole blocks of `src` into `dst`.
+pub type QuantizeRefFn = fn(src: &[f32], dst: &mut [u8]);
+/// ggml's `quantize_<type>(src, dst, nrows, n_per_row, imatrix)` as `ggml_quantize_chunk`
+/// calls it: `src.len() / n_per_row` rows, each `n_per_row` long, `imatrix` (when given)
+/// `n_per_row` importance weights shared by all rows.
+pub type QuantizeRowsFn = fn(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>);
+
+/// What one ggml type is: ggml's `type_traits` entry, plus the quantizer that
+/// `ggml_quantize_chunk` dispatches to.
+///
+/// It is a plain `const`-constructible struct of names, sizes and function pointers so
+/// that `inventory::submit!` can place it in a static. Implement [`GgmlType`] and submit
+/// [`GgmlType::TRAITS`] rather than filling it by hand.
+#[derive(Debug)]
+pub struct TypeTraits {
+    /// ggml's `type_name`, e.g. `"q4_K"`.
+    pub name: &'static str,
+    /// The GGUF / `enum ggml_type` id, e.g. 12.
+    pub id: u32,
+    /// Elements per block (`blck_size`).
+    pub block_size: usize,
+    /// Bytes per block (`type_size`).
+    pub type_size: usize,
+    /// Whether ggml marks the type as quantized.
+    pub is_quantized: bool,
+    /// ggml's `to_float`.
+    pub dequantize_fn: DequantizeFn,
+    /// ggml's `from_float_ref`, `None` where ggml has none.
+    pub quantize_ref_fn: Option<QuantizeRefFn>,
+    /// The quantizer `ggml_quantize_chunk` uses, `None` where it has none.
+    pub quantize_rows_fn: Option<QuantizeRowsFn>,
+    /// `ggml_quantize_requires_imatrix`.
+    pub requires_imatrix: bool,
+}
+
+inventory::collect!(TypeTraits);
+
+/// The static side of a type: implement this on a marker type in the type's module, then
+/// `inventory::submit! { <Marker as GgmlType>::TRAITS }`.
+///
+/// Associated consts let kernels use sizes at compile time; [`GgmlType::TRAITS`] erases
+/// them into the object the registry stores.
+pub trait GgmlType: 'static {
+    /// ggml's `type_name`.
+    const NAME: &'static str;
+    /// GGUF / ggml id.
+    const ID: u32;
+    /// Elements per block.
+    const BLOCK_SIZE: usize;
+    /// Bytes per block.
+    const TYPE_SIZE: usize;
+    /// Whether ggml marks the type as quantized.
+    const IS_QUANTIZED: bool = true;
+    /// `ggml_quantize_requires_imatrix`.
+    const REQUIRES_IMATRIX: bool = false;
+    /// `from_float_ref`, if ggml has one.
+    const QUANTIZE_REF: Option<QuantizeRefFn> = None;
+    /// `ggml_quantize_chunk`'s quantizer, if ggml has one.
+    const QUANTIZE_ROWS: Option<QuantizeRowsFn> = None;
+
+    /// Decodes whole blocks (`src.len() / TYPE_SIZE` of them) into `dst`.
+    fn dequantize(src: &[u8], dst: &mut [f32]);
+
+    /// The registry entry.
+    const TRAITS: TypeTraits = TypeTraits {
+        name: Self::NAME,
+        id: Self::ID,
+        block_size: Self::BLOCK_SIZE,
+        type_size: Self::TYPE_SIZE,
+        is_quantized: Self::IS_QUANTIZED,
+        dequantize_fn: Self::dequantize,
+        quantize_ref_fn: Self::QUANTIZE_REF,
+        quantize_rows_fn: Self::QUANTIZE_ROWS,
+        requires_imatrix: Self::REQUIRES_IMATRIX,
+    };
+}
+
+impl TypeTraits {
+    /// Bytes taken by `n` elements, `None` if `n` is not a whole number of blocks or the
+    /// size overflows.
+    pub fn bytes_for(&self, n: u64) -> Option<u64> {
+        let bs = self.block_size as u64;
+        if bs == 0 || n % bs != 0 {
+            return None;
+        }
+        (n / bs).checked_mul(self.type_size as u64)
+    }
+
+    /// `ggml_row_size`: bytes of one row of `n_per_row` elements.
+    pub fn row_size(&self, n_per_row: usize) -> Result<usize> {
+        if self.block_size == 0 || n_per_row % self.block_size != 0 {
+            return Err(self.not_whole(n_per_row));
+        }
+        (n_per_row / self.block_size)
+            .checked_mul(self.type_size)
+            .ok_or_else(|| self.not_whole(n_per_row))
+    }
+
+    fn not_whole(&self, n: usize) -> Error {
+        Error::NotWholeBlocks { type_name: self.name, n, block_size: self.block_size }
+    }
+
+    fn check_len(&self, what: &'static str, expected: usize, found: usize) -> Result<()> {
+        if expected != found {
+            return Err(Error::BadLength { type_name: self.name, what, expected, found });
+        }
+        Ok(())
+    }
+
+    /// Decodes `src` (whole blocks) into `dst` (`block_size` floats per block), exactly
+    /// as ggml's `to_float`.
+    pub fn dequantize(&self, src: &[u8], dst: &mut [f32]) -> Result<()> {
+        let bytes = self.row_size(dst.len())?;
+        self.check_len("source", bytes, src.len())?;
+        (self.dequantize_fn)(src, dst);
+        Ok(())
+    }
+
+    /// Decodes `src` into a new vector.
+    pub fn dequantize_to_vec(&self, src: &[u8]) -> Result<Vec<f32>> {
+        if self.type_size == 0 || src.len() % self.type_size != 0 {
+            return Err(Error::BadLength {
+                type_name: self.name,
+                what: "source (not whole blocks)",
+                expected: src.len() / self.type_size.max(1) * self.type_size,
+                found: src.len(),
+            });
+        }
+        let mut out = vec![0f32; src.len() / self.type_size * self.block_size];
+        (self.dequantize_fn)(src, &mut out);
+        Ok(out)
+    }
+
+    /// `from_float_ref`: encodes `src` (whole blocks) into `dst`.
+    pub fn quantize_ref(&self, src: &[f32], dst: &mut [u8]) -> Result<()> {
+        let f = self.quantize_ref_fn.ok_or(Error::NoQuantizer { type_name: self.name })?;
+        let bytes = self.row_size(src.len())?;
+        self.check_len("destination", bytes, dst.len())?;
+        f(src, dst);
+        Ok(())
+    }
+
+    /// `ggml_quantize_chunk(type, src, dst, 0, nrows, n_per_row, imatrix)`: encodes
+    /// `src.len() / n_per_row` rows. Returns the bytes written.
+    pub fn quantize_rows(
+        &self,
+        src: &[f32],
+        dst: &mut [u8],
+        n_per_row: usize,
+        imatrix: Option<&[f32]>,
+    ) -> Result<usize> {
+        let f = self.quantize_rows_fn.ok_or(Error::NoQuantizer { type_name: self.name })?;
+        if self.requires_imatrix && imatrix.is_none() {
+            return Err(Error::ImatrixRequired { type_name: self.name });
+        }
+        let row = self.row_size(n_per_row)?;
+        if n_per_row == 0 || src.len() % n_per_row != 0 {
+            return Err(self.not_whole(src.len()));
+        }
+        if let Some(im) = imatrix {
+            self.check_len("imatrix", n_per_row, im.len())?;
+        }
+        let bytes = src.len() / n_per_row * row;
+        self.check_len("destination", bytes, dst.len())?;
+        f(src, dst, n_per_row, imatrix);
+        Ok(bytes)
+    }
+
+    /// [`TypeTraits::quantize_rows`] into a new vector.
+    pub fn quantize_to_vec(&self, src: &[f32], n_per_row: usize, imatrix: Option<&[f32]>) -> Result<Vec<u8>> {
+        let row = self.row_size(n_per_row)?;
+        let rows = if n_per_row == 0 { 0 } else { src.len() / n_per_row };
+        let mut out = vec![0u8; rows * row];
+        self.quantize_rows(src, &mut out, n_per_row, imatrix)?;
+        Ok(out)
+    }
+}
+
+struct Index {
+    by_id: BTreeMap<u32, &'static TypeTraits>,
+    by_name: BTreeMap<&'static str, &'static TypeTraits>,
+    all: Vec<&'static TypeTraits>,
+    problems: Vec<String>,
+}
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut by_id: BTreeMap<u32, &'static TypeTraits> = BTreeMap::new();
+        let mut by_name: BTreeMap<&'static str, &'static TypeTraits> = BTreeMap::new();
+        let mut problems = Vec::new();
+        let mut ambiguous_ids = Vec::new();
+        let mut ambiguous_names = Vec::new();
+        for t in inventory::iter::<TypeTraits> {
+            if let Some(prev) = by_id.insert(t.id, t) {
+                problems.push(format!("type id {} registered twice ({} and {})", t.id, prev.name, t.name));
+                ambiguous_ids.push(t.id);
+            }
+            if let Some(prev) = by_name.insert(t.name, t) {
+                problems.push(format!("type name {:?} registered twice (ids {} and {})", t.name, prev.id, t.id));
+                ambiguous_names.push(t.name);
+            }
+            if t.block_size == 0 || t.type_size == 0 {
+                problems.push(format!("type {} has a zero block or type size", t.name));
+            }
+        }
+        // An ambiguous key resolves to nothing rather than to whichever entry won.
+        for id in ambiguous_ids {
+            by_id.remove(&id);
+        }
+        for name in ambiguous_names {
+            by_name.remove(name);
+        }
+        let all = by_id.values().copied().collect();
+        Index { by_id, by_name, all, problems }
+    })
+}
+
+/// Every registered type with an unambiguous id, sorted by id.
+pub fn all() -> &'static [&'static TypeTraits] {
+    &index().all
+}
+
+/// The type with GGUF id `id`.
+pub fn by_id(id: u32) -> Option<&'static TypeTraits> {
+    index().by_id.get(&id).copied()
+}
+
+/// The type with ggml name `name` (case-sensitive, `"q4_K"`); falls back to a
+/// case-insensitive match when that is unique.
+pub fn by_name(name: &str) -> Option<&'static TypeTraits> {
+    let idx = index();
+    if let Some(t) = idx.by_name.get(name) {
+        return Some(t);
+    }
+    let mut hits = idx.by_name.values().filter(|t| t.name.eq_ignore_ascii_case(name));
+    match (hits.next(), hits.next()) {
+        (Some(t), None) => Some(t),
+        _ => None,
+    }
+}
+
+/// [`by_id`], or an error that lists the known ids.
+pub fn lookup_id(id: u32) -> Result<&'static TypeTraits> {
+    by_id(id).ok_or_else(|| Error::UnknownTypeId {
+        id,
+        known: all().iter().map(|t| format!("{}={}", t.id, t.name)).collect::<Vec<_>>().join(", "),
+    })
+}
+
+/// [`by_name`], or an error that lists the known names.
+pub fn lookup_name(name: &str) -> Result<&'static TypeTraits> {
+    by_name(name).ok_or_else(|| Error::UnknownTypeName {
+        name: name.to_string(),
+        known: index().by_name.keys().copied().collect::<Vec<_>>().join(", "),
+    })
+}
+
+/// Clashes found while indexing (a duplicate id or name, a zero size). Empty when the
+/// registry is sound; tests assert that.
+pub fn registry_problems() -> &'static [String] {
+    &index().problems
+}

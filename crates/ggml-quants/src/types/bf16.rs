@@ -1,0 +1,1 @@
+//! TODO: bf16 (being written)

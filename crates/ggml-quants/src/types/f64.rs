@@ -1,0 +1,1 @@
+//! TODO: f64 (being written)

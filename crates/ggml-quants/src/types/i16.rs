@@ -1,0 +1,1 @@
+//! TODO: i16 (being written)

@@ -1,0 +1,1 @@
+//! TODO: i32 (being written)

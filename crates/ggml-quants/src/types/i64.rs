@@ -1,0 +1,1 @@
+//! TODO: i64 (being written)

@@ -1,0 +1,1 @@
+//! TODO: i8 (being written)

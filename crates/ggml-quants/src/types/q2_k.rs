@@ -1,0 +1,1 @@
+//! TODO: q2_k (being written)

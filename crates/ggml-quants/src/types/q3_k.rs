@@ -1,0 +1,1 @@
+//! TODO: q3_k (being written)

@@ -1,0 +1,1 @@
+//! TODO: q4_0 (being written)

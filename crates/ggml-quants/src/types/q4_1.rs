@@ -1,0 +1,1 @@
+//! TODO: q4_1 (being written)

@@ -1,0 +1,1 @@
+//! TODO: q5_1 (being written)

@@ -1,0 +1,1 @@
+//! TODO: q5_k (being written)

@@ -1,0 +1,1 @@
+//! TODO: q6_k (being written)

@@ -1,0 +1,1 @@
+//! TODO: q8_1 (being written)

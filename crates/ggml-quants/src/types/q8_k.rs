@@ -1,0 +1,1 @@
+//! TODO: q8_k (being written)

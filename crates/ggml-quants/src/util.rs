@@ -1,0 +1,574 @@
+//! Scalar helpers shared by the quant types, each a faithful port of the ggml routine it
+//! names (llama.cpp `0c1e57098`, `ggml/src/ggml-impl.h` and `ggml/src/ggml-quants.c`).
+//!
+//! Bit-exactness rules followed throughout (ggml-base is built without `-march`, so x86-64
+//! SSE2 single precision, no FMA contraction):
+//! - every float expression is evaluated in `f32`, in C's left-to-right order, never fused;
+//! - C's `MAX(a, b)` is `if a > b { a } else { b }` (not `f32::max`, which differs on NaN);
+//! - integer results are truncated the way C's implicit conversions truncate (`as u8`).
+//!
+//! These are public so that plug-in types outside this crate can reuse them.
+
+/// `GROUP_MAX_EPS` of ggml-quants.c: below this a group counts as all zero.
+pub const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// `ggml_compute_fp16_to_fp32`, bit for bit (including NaN payloads).
+#[inline]
+pub fn fp16_to_f32(h: u16) -> f32 {
+    let w = (h as u32) << 16;
+    let sign = w & 0x8000_0000;
+    let two_w = w.wrapping_add(w);
+    let exp_offset: u32 = 0xE0 << 23;
+    let exp_scale = f32::from_bits(0x0780_0000); // 0x1.0p-112f
+    let normalized_value = f32::from_bits((two_w >> 4) + exp_offset) * exp_scale;
+    let magic_mask: u32 = 126 << 23;
+    let magic_bias = 0.5f32;
+    let denormalized_value = f32::from_bits((two_w >> 17) | magic_mask) - magic_bias;
+    let denormalized_cutoff: u32 = 1 << 27;
+    let result = sign
+        | if two_w < denormalized_cutoff {
+            denormalized_value.to_bits()
+        } else {
+            normalized_value.to_bits()
+        };
+    f32::from_bits(result)
+}
+
+/// `ggml_compute_fp32_to_fp16`, bit for bit (round to nearest even, NaN → `0x7E00`).
+#[inline]
+pub fn f32_to_fp16(f: f32) -> u16 {
+    let scale_to_inf = f32::from_bits(0x7780_0000); // 0x1.0p+112f
+    let scale_to_zero = f32::from_bits(0x0880_0000); // 0x1.0p-110f
+    let mut base = (f.abs() * scale_to_inf) * scale_to_zero;
+    let w = f.to_bits();
+    let shl1_w = w.wrapping_add(w);
+    let sign = w & 0x8000_0000;
+    let mut bias = shl1_w & 0xFF00_0000;
+    if bias < 0x7100_0000 {
+        bias = 0x7100_0000;
+    }
+    base = f32::from_bits((bias >> 1) + 0x0780_0000) + base;
+    let bits = base.to_bits();
+    let exp_bits = (bits >> 13) & 0x0000_7C00;
+    let mantissa_bits = bits & 0x0000_0FFF;
+    let nonsign = exp_bits + mantissa_bits;
+    ((sign >> 16) | if shl1_w > 0xFF00_0000 { 0x7E00 } else { nonsign }) as u16
+}
+
+/// `ggml_compute_bf16_to_fp32`.
+#[inline]
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// `ggml_compute_fp32_to_bf16`: round to nearest even, NaN forced quiet.
+#[inline]
+pub fn f32_to_bf16(s: f32) -> u16 {
+    let i = s.to_bits();
+    if (i & 0x7fff_ffff) > 0x7f80_0000 {
+        return ((i >> 16) | 64) as u16;
+    }
+    (i.wrapping_add(0x7fff + ((i >> 16) & 1)) >> 16) as u16
+}
+
+/// Reads a little-endian fp16 at `b[at..at + 2]` and widens it like ggml.
+#[inline]
+pub fn read_f16(b: &[u8], at: usize) -> f32 {
+    fp16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Writes `v` as a little-endian fp16 (ggml's rounding) at `b[at..at + 2]`.
+#[inline]
+pub fn write_f16(b: &mut [u8], at: usize, v: f32) {
+    b[at..at + 2].copy_from_slice(&f32_to_fp16(v).to_le_bytes());
+}
+
+/// C's `(int)f` as x86-64 `cvttss2si` computes it: truncation toward zero, and
+/// `INT_MIN` for NaN and out-of-range values (Rust's `as` saturates instead).
+#[inline]
+pub fn c_f32_to_i32(f: f32) -> i32 {
+    if f.is_nan() || f >= 2147483648.0 || f < -2147483648.0 {
+        i32::MIN
+    } else {
+        f as i32
+    }
+}
+
+/// C's `MAX(a, b)` macro on floats: `a > b ? a : b`.
+#[inline]
+pub fn c_max(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// C's `MIN(a, b)` macro on floats: `a < b ? a : b`.
+#[inline]
+pub fn c_min(a: f32, b: f32) -> f32 {
+    if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `nearest_int` of ggml-quants.c: round to nearest (ties to even) through the
+/// `1.5 * 2^23` trick. Valid for |x| <= 4194303; like ggml (asserts off in release) it
+/// returns the same garbage as the C code outside that range.
+#[inline]
+pub fn nearest_int(fval: f32) -> i32 {
+    let val = fval + 12582912.0f32;
+    let i = val.to_bits() as i32;
+    (i & 0x007f_ffff) - 0x0040_0000
+}
+
+/// `make_qx_quants`: symmetric scale search for signed codes in `[-nmax, nmax-1]`,
+/// stored in `l` offset by `nmax`. `qw` are optional importance weights.
+pub fn make_qx_quants(
+    n: usize,
+    nmax: i32,
+    x: &[f32],
+    l: &mut [i8],
+    rmse_type: i32,
+    qw: Option<&[f32]>,
+) -> f32 {
+    let mut max = 0f32;
+    let mut amax = 0f32;
+    for &xi in &x[..n] {
+        let ax = xi.abs();
+        if ax > amax {
+            amax = ax;
+            max = xi;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let mut iscale = -(nmax as f32) / max;
+    if rmse_type == 0 {
+        for i in 0..n {
+            let li = nearest_int(iscale * x[i]);
+            l[i] = (nmax + (-nmax).max((nmax - 1).min(li))) as i8;
+        }
+        return 1.0 / iscale;
+    }
+    let mut rmse_type = rmse_type;
+    let mut return_early = false;
+    if rmse_type < 0 {
+        rmse_type = -rmse_type;
+        return_early = true;
+    }
+    let weight = |i: usize| -> f32 {
+        match qw {
+            Some(q) => q[i],
+            None => match rmse_type {
+                1 => x[i] * x[i],
+                2 => 1.0,
+                3 => x[i].abs(),
+                _ => x[i].abs().sqrt(),
+            },
+        }
+    };
+    let mut sumlx = 0f32;
+    let mut suml2 = 0f32;
+    for i in 0..n {
+        let mut li = nearest_int(iscale * x[i]);
+        li = (-nmax).max((nmax - 1).min(li));
+        l[i] = (li + nmax) as i8;
+        let w = weight(i);
+        let lf = li as f32;
+        sumlx += w * x[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    if return_early {
+        return if suml2 > 0.0 { 0.5 * (scale + 1.0 / iscale) } else { 1.0 / iscale };
+    }
+    let mut best = scale * sumlx;
+    for is in -9i32..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1f32 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for i in 0..n {
+            let mut li = nearest_int(iscale * x[i]);
+            li = (-nmax).max((nmax - 1).min(li));
+            let w = weight(i);
+            let lf = li as f32;
+            sumlx += w * x[i] * lf;
+            suml2 += w * lf * lf;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for i in 0..n {
+                let li = nearest_int(iscale * x[i]);
+                l[i] = (nmax + (-nmax).max((nmax - 1).min(li))) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// `make_q3_quants`: the Q3_K reference scale search.
+pub fn make_q3_quants(n: usize, nmax: i32, x: &[f32], l: &mut [i8], do_rmse: bool) -> f32 {
+    let mut max = 0f32;
+    let mut amax = 0f32;
+    for &xi in &x[..n] {
+        let ax = xi.abs();
+        if ax > amax {
+            amax = ax;
+            max = xi;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let iscale = -(nmax as f32) / max;
+    if do_rmse {
+        let mut sumlx = 0f32;
+        let mut suml2 = 0f32;
+        for i in 0..n {
+            let mut li = nearest_int(iscale * x[i]);
+            li = (-nmax).max((nmax - 1).min(li));
+            l[i] = li as i8;
+            let w = x[i] * x[i];
+            let lf = li as f32;
+            sumlx += w * x[i] * lf;
+            suml2 += w * lf * lf;
+        }
+        for _itry in 0..5 {
+            let mut n_changed = 0;
+            for i in 0..n {
+                let w = x[i] * x[i];
+                let li = l[i] as f32;
+                let mut slx = sumlx - w * x[i] * li;
+                if slx > 0.0 {
+                    let mut sl2 = suml2 - w * li * li;
+                    let mut new_l = nearest_int(x[i] * sl2 / slx);
+                    new_l = (-nmax).max((nmax - 1).min(new_l));
+                    if new_l != l[i] as i32 {
+                        let nl = new_l as f32;
+                        slx += w * x[i] * nl;
+                        sl2 += w * nl * nl;
+                        if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                            l[i] = new_l as i8;
+                            sumlx = slx;
+                            suml2 = sl2;
+                            n_changed += 1;
+                        }
+                    }
+                }
+            }
+            if n_changed == 0 {
+                break;
+            }
+        }
+        for li in &mut l[..n] {
+            *li = (*li as i32 + nmax) as i8;
+        }
+        return if suml2 > 0.0 { sumlx / suml2 } else { 0.0 };
+    }
+    for i in 0..n {
+        let mut li = nearest_int(iscale * x[i]);
+        li = (-nmax).max((nmax - 1).min(li));
+        l[i] = (li + nmax) as i8;
+    }
+    1.0 / iscale
+}
+
+/// `make_qkx2_quants`: asymmetric (scale, min) search used by the K-quant reference
+/// quantizers. Returns the scale; writes `-min` to `the_min`.
+#[allow(clippy::too_many_arguments)]
+pub fn make_qkx2_quants(
+    n: usize,
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    l: &mut [u8],
+    the_min: &mut f32,
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> f32 {
+    make_qkx_quants_impl(n, nmax, x, Some(weights), l, the_min, laux, rmin, rdelta, nstep, use_mad, false)
+}
+
+/// `make_qkx3_quants`: like [`make_qkx2_quants`] but weights default to `x²` and an
+/// all-equal group is detected with `max <= min`.
+#[allow(clippy::too_many_arguments)]
+pub fn make_qkx3_quants(
+    n: usize,
+    nmax: i32,
+    x: &[f32],
+    weights: Option<&[f32]>,
+    l: &mut [u8],
+    the_min: &mut f32,
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> f32 {
+    make_qkx_quants_impl(n, nmax, x, weights, l, the_min, laux, rmin, rdelta, nstep, use_mad, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn make_qkx_quants_impl(
+    n: usize,
+    nmax: i32,
+    x: &[f32],
+    weights: Option<&[f32]>,
+    l: &mut [u8],
+    the_min: &mut f32,
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+    qkx3: bool,
+) -> f32 {
+    let x = &x[..n];
+    let w = |i: usize| -> f32 {
+        match weights {
+            Some(ws) => ws[i],
+            None => x[i] * x[i],
+        }
+    };
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = w(0);
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let wi = w(i);
+        sum_w += wi;
+        sum_x += wi * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    let degenerate = if qkx3 { max <= min } else { max == min };
+    if degenerate {
+        l[..n].fill(0);
+        *the_min = -min;
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let mut iscale = nmaxf / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0f32;
+    for i in 0..n {
+        let li = nearest_int(iscale * (x[i] - min));
+        l[i] = 0.max(nmax.min(li)) as u8;
+        let mut diff = scale * l[i] as f32 + min - x[i];
+        diff = if use_mad { diff.abs() } else { diff * diff };
+        best_error += w(i) * diff;
+    }
+    if nstep < 1 {
+        *the_min = -min;
+        return scale;
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
+        let mut sum_l = 0f32;
+        let mut sum_l2 = 0f32;
+        let mut sum_xl = 0f32;
+        for i in 0..n {
+            let mut li = nearest_int(iscale * (x[i] - min));
+            li = 0.max(nmax.min(li));
+            laux[i] = li as u8;
+            let wi = w(i);
+            let lf = li as f32;
+            sum_l += wi * lf;
+            sum_l2 += wi * lf * lf;
+            sum_xl += wi * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0f32;
+            for i in 0..n {
+                let mut diff = this_scale * laux[i] as f32 + this_min - x[i];
+                diff = if use_mad { diff.abs() } else { diff * diff };
+                cur_error += w(i) * diff;
+            }
+            if cur_error < best_error {
+                l[..n].copy_from_slice(&laux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    scale
+}
+
+/// `make_qp_quants`: positive-only code search for the K-quants' sub-block scales
+/// under importance weights.
+pub fn make_qp_quants(n: usize, nmax: i32, x: &[f32], l: &mut [u8], quant_weights: &[f32]) -> f32 {
+    let mut max = 0f32;
+    for &xi in &x[..n] {
+        max = c_max(max, xi);
+    }
+    if max < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let mut iscale = nmaxf / max;
+    for i in 0..n {
+        l[i] = nearest_int(iscale * x[i]) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0f32;
+    for i in 0..n {
+        let diff = x[i] - scale * l[i] as f32;
+        let w = quant_weights[i];
+        best_mse += w * diff * diff;
+    }
+    for is in -4i32..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1f32 * is as f32 + nmaxf) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0f32;
+        for i in 0..n {
+            let li = nmax.min(nearest_int(iscale_is * x[i]));
+            let diff = x[i] - scale_is * li as f32;
+            let w = quant_weights[i];
+            mse += w * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let mut sumlx = 0f32;
+    let mut suml2 = 0f32;
+    for i in 0..n {
+        let li = nmax.min(nearest_int(iscale * x[i]));
+        l[i] = li as u8;
+        let w = quant_weights[i];
+        let lf = li as f32;
+        sumlx += w * x[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    for _itry in 0..5 {
+        let mut n_changed = 0;
+        for i in 0..n {
+            let w = quant_weights[i];
+            let li = l[i] as f32;
+            let mut slx = sumlx - w * x[i] * li;
+            let mut sl2 = suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nmax.min(nearest_int(x[i] * sl2 / slx));
+                if new_l != l[i] as i32 {
+                    let nl = new_l as f32;
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l as u8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// `get_scale_min_k4`: unpacks the 6-bit (scale, min) pair `j` of a Q4_K/Q5_K block.
+#[inline]
+pub fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_int_rounds_half_to_even() {
+        assert_eq!(nearest_int(0.5), 0);
+        assert_eq!(nearest_int(1.5), 2);
+        assert_eq!(nearest_int(-1.5), -2);
+        assert_eq!(nearest_int(-0.4), 0);
+        assert_eq!(nearest_int(7.6), 8);
+    }
+
+    #[test]
+    fn fp16_roundtrip_matches_half_on_finite_values() {
+        for h in 0u16..=u16::MAX {
+            let f = fp16_to_f32(h);
+            let r = half::f16::from_bits(h).to_f32();
+            if r.is_nan() {
+                assert!(f.is_nan());
+                continue;
+            }
+            assert_eq!(f.to_bits(), r.to_bits(), "h={h:#x}");
+            assert_eq!(f32_to_fp16(f), h, "h={h:#x}");
+        }
+    }
+
+    #[test]
+    fn fp16_rounding_matches_half() {
+        let mut s = 0x1234_5678u32;
+        for _ in 0..200_000 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let f = f32::from_bits(s);
+            if f.is_nan() {
+                assert_eq!(f32_to_fp16(f) & 0x7fff, 0x7E00);
+                continue;
+            }
+            assert_eq!(f32_to_fp16(f), half::f16::from_f32(f).to_bits(), "f={f:e}");
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x7fc0_0001)) & 0x7fc0, 0x7fc0);
+    }
+}

@@ -1,0 +1,3 @@
+//! Tokenizers rebuilt from GGUF metadata (BPE, SentencePiece, WordPiece, UGM) and chat
+//! templates. Filled by the tokenizer issue.
+#![deny(missing_docs)]
