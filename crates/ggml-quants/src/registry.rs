@@ -102,9 +102,7 @@ impl TypeTraits {
         if self.block_size == 0 || n_per_row % self.block_size != 0 {
             return Err(self.not_whole(n_per_row));
         }
-        (n_per_row / self.block_size)
-            .checked_mul(self.type_size)
-            .ok_or_else(|| self.not_whole(n_per_row))
+        (n_per_row / self.block_size).checked_mul(self.type_size).ok_or_else(|| self.not_whole(n_per_row))
     }
 
     fn not_whole(&self, n: usize) -> Error {

@@ -25,12 +25,8 @@ pub fn fp16_to_f32(h: u16) -> f32 {
     let magic_bias = 0.5f32;
     let denormalized_value = f32::from_bits((two_w >> 17) | magic_mask) - magic_bias;
     let denormalized_cutoff: u32 = 1 << 27;
-    let result = sign
-        | if two_w < denormalized_cutoff {
-            denormalized_value.to_bits()
-        } else {
-            normalized_value.to_bits()
-        };
+    let result =
+        sign | if two_w < denormalized_cutoff { denormalized_value.to_bits() } else { normalized_value.to_bits() };
     f32::from_bits(result)
 }
 
@@ -126,14 +122,7 @@ pub fn nearest_int(fval: f32) -> i32 {
 
 /// `make_qx_quants`: symmetric scale search for signed codes in `[-nmax, nmax-1]`,
 /// stored in `l` offset by `nmax`. `qw` are optional importance weights.
-pub fn make_qx_quants(
-    n: usize,
-    nmax: i32,
-    x: &[f32],
-    l: &mut [i8],
-    rmse_type: i32,
-    qw: Option<&[f32]>,
-) -> f32 {
+pub fn make_qx_quants(n: usize, nmax: i32, x: &[f32], l: &mut [i8], rmse_type: i32, qw: Option<&[f32]>) -> f32 {
     let mut max = 0f32;
     let mut amax = 0f32;
     for &xi in &x[..n] {
@@ -514,10 +503,7 @@ pub fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
