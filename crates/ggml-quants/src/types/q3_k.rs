@@ -1,1 +1,418 @@
-//! TODO: q3_k (being written)
+//! `GGML_TYPE_Q3_K` (id 11): 3-bit K-quant, `x = d·(sc - 32)·(q - 4)` over 16 sub-blocks
+//! of 16, with 6-bit sub-block scales.
+//!
+//! Ports (llama.cpp `0c1e57098`, `ggml/src/ggml-quants.c`): `dequantize_row_q3_K`
+//! (`to_float`), `quantize_row_q3_K_ref` (`from_float_ref`, scale search by
+//! `make_q3_quants`), `quantize_row_q3_K_impl` (imatrix search by `make_qx_quants`) and
+//! `quantize_q3_K`, which `ggml_quantize_chunk` (`ggml/src/ggml.c`) calls: the `_ref` over
+//! all rows without an imatrix, `_impl` row by row with one (so `_impl`'s branch for a null
+//! imatrix is unreachable from there and is not ported). Layout from `block_q3_K` in
+//! `ggml/src/ggml-common.h`.
+
+use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
+use crate::util::{make_q3_quants, make_qx_quants, nearest_int, read_f16, write_f16};
+use crate::QK_K;
+
+/// `block_q3_K`, 110 bytes per 256 weights (3.4375 bits per weight):
+///
+/// | offset | bytes | field    | meaning                                                          |
+/// |--------|-------|----------|------------------------------------------------------------------|
+/// | 0      | 32    | `hmask`  | high (third) bit; bit `b` of byte `i` belongs to element `32b + i` |
+/// | 32     | 64    | `qs`     | low 2 bits; byte `32h + l` holds elements `128h + l + 32s` at bits `2s` |
+/// | 96     | 12    | `scales` | sixteen 6-bit scales offset by 32 (see [`BlockQ3K::scale`])      |
+/// | 108    | 2     | `d`      | fp16 super-block scale                                           |
+///
+/// Scale `j`: low 4 bits from `scales[j]` (j < 8) or `scales[j - 8] >> 4`, high 2 bits
+/// from `scales[8 + j % 4] >> (2 * (j / 4))`. Element `128h + 32s + 16k + l` decodes to
+/// `d·(scale[8h + 2s + k] - 32)·(q - (high bit set ? 0 : 4))`.
+/// The fp16 field is kept as raw little-endian bytes: blocks in a file are unaligned.
+#[repr(C)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockQ3K {
+    /// High bits of the quants.
+    pub hmask: [u8; QK_K / 8],
+    /// Low 2 bits of the quants.
+    pub qs: [u8; QK_K / 4],
+    /// Packed 6-bit scales.
+    pub scales: [u8; 12],
+    /// fp16 `d`, little-endian.
+    pub d: [u8; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110);
+const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 2 + QK_K / 4 + QK_K / 8 + 12);
+
+impl Default for BlockQ3K {
+    fn default() -> Self {
+        Self { hmask: [0; QK_K / 8], qs: [0; QK_K / 4], scales: [0; 12], d: [0; 2] }
+    }
+}
+
+impl BlockQ3K {
+    /// Bytes per block.
+    pub const SIZE: usize = 110;
+
+    /// Parses one block from `b[..110]`.
+    #[inline]
+    pub fn from_bytes(b: &[u8]) -> Self {
+        let b: &[u8; Self::SIZE] = b[..Self::SIZE].try_into().expect("110 bytes");
+        let mut blk = Self::default();
+        blk.hmask.copy_from_slice(&b[0..32]);
+        blk.qs.copy_from_slice(&b[32..96]);
+        blk.scales.copy_from_slice(&b[96..108]);
+        blk.d.copy_from_slice(&b[108..110]);
+        blk
+    }
+
+    /// Writes the block to `out[..110]`.
+    #[inline]
+    pub fn write_to(&self, out: &mut [u8]) {
+        let out: &mut [u8; Self::SIZE] = (&mut out[..Self::SIZE]).try_into().expect("110 bytes");
+        out[0..32].copy_from_slice(&self.hmask);
+        out[32..96].copy_from_slice(&self.qs);
+        out[96..108].copy_from_slice(&self.scales);
+        out[108..110].copy_from_slice(&self.d);
+    }
+
+    /// `d` widened to f32.
+    #[inline]
+    pub fn d(&self) -> f32 {
+        read_f16(&self.d, 0)
+    }
+
+    /// Sub-block scale `j` (0..16) with its offset removed: -32..=31. This is both the
+    /// quantizers' `sc` and the `scales[is] - 32` of `dequantize_row_q3_K`'s `kmask`
+    /// unpacking.
+    #[inline]
+    pub fn scale(&self, j: usize) -> i32 {
+        let lo = if j < 8 { self.scales[j] & 0xF } else { self.scales[j - 8] >> 4 };
+        let hi = (self.scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+        (lo | (hi << 4)) as i32 - 32
+    }
+
+    /// ORs the 6-bit code `l` (0..64) of scale `j` into `scales`, as both quantizers do
+    /// (`scales` must start zeroed).
+    #[inline]
+    fn put_scale(&mut self, j: usize, l: i32) {
+        if j < 8 {
+            self.scales[j] = (l & 0xF) as u8;
+        } else {
+            self.scales[j - 8] = (self.scales[j - 8] as i32 | ((l & 0xF) << 4)) as u8;
+        }
+        let l = l >> 4;
+        self.scales[j % 4 + 8] = (self.scales[j % 4 + 8] as i32 | (l << (2 * (j / 4)))) as u8;
+    }
+
+    /// Decodes the block into 256 floats (`dequantize_row_q3_K`).
+    #[inline]
+    pub fn dequantize(&self, y: &mut [f32; QK_K]) {
+        let d_all = self.d();
+        let mut sc = [0f32; 16];
+        for (j, s) in sc.iter_mut().enumerate() {
+            *s = d_all * self.scale(j) as f32;
+        }
+        for (h, (q, y)) in self.qs.chunks_exact(32).zip(y.chunks_exact_mut(128)).enumerate() {
+            for (s, y) in y.chunks_exact_mut(32).enumerate() {
+                let shift = 2 * s;
+                let m = 1u8 << (4 * h + s);
+                for (k, y) in y.chunks_exact_mut(16).enumerate() {
+                    let dl = sc[8 * h + 2 * s + k];
+                    let q = &q[16 * k..16 * k + 16];
+                    let hm = &self.hmask[16 * k..16 * k + 16];
+                    for ((y, &q), &hm) in y.iter_mut().zip(q).zip(hm) {
+                        let v = ((q >> shift) & 3) as i32 - if hm & m != 0 { 0 } else { 4 };
+                        *y = dl * v as f32;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Marker for `q3_K`.
+pub struct Q3K;
+
+impl GgmlType for Q3K {
+    const NAME: &'static str = "q3_K";
+    const ID: u32 = 11;
+    const BLOCK_SIZE: usize = QK_K;
+    const TYPE_SIZE: usize = BlockQ3K::SIZE;
+    const QUANTIZE_REF: Option<QuantizeRefFn> = Some(quantize_ref);
+    const QUANTIZE_ROWS: Option<QuantizeRowsFn> = Some(quantize_rows);
+
+    fn dequantize(src: &[u8], dst: &mut [f32]) {
+        for (b, y) in src.chunks_exact(BlockQ3K::SIZE).zip(dst.chunks_exact_mut(QK_K)) {
+            let y: &mut [f32; QK_K] = y.try_into().expect("QK_K floats");
+            BlockQ3K::from_bytes(b).dequantize(y);
+        }
+    }
+}
+
+inventory::submit! { <Q3K as GgmlType>::TRAITS }
+
+/// The tail both quantizers share once `scales` and `d` are stored: requantize each
+/// sub-block against its decoded scale (a zero scale keeps the search's codes), then
+/// split the codes into `hmask` and `qs`.
+fn finish_block(x: &[f32], y: &mut BlockQ3K, l: &mut [i8; QK_K]) {
+    let d_all = y.d();
+    for j in 0..QK_K / 16 {
+        let sc = y.scale(j);
+        let d = d_all * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            let li = nearest_int(x[16 * j + ii] / d);
+            l[16 * j + ii] = ((-4).max(3.min(li)) + 4) as i8;
+        }
+    }
+
+    y.hmask = [0; QK_K / 8];
+    // The high bit of the first 32 codes goes to bit 0, the next 32 to bit 1, etc.
+    let mut m = 0usize;
+    let mut hm = 1u8;
+    for lj in l.iter_mut() {
+        if *lj > 3 {
+            y.hmask[m] |= hm;
+            *lj -= 4;
+        }
+        m += 1;
+        if m == QK_K / 8 {
+            m = 0;
+            hm = hm.wrapping_shl(1);
+        }
+    }
+    for j in (0..QK_K).step_by(128) {
+        for i in 0..32 {
+            let v = l[j + i] as i32
+                | ((l[j + i + 32] as i32) << 2)
+                | ((l[j + i + 64] as i32) << 4)
+                | ((l[j + i + 96] as i32) << 6);
+            y.qs[j / 4 + i] = v as u8;
+        }
+    }
+}
+
+/// `quantize_row_q3_K_ref` for one super-block.
+fn quantize_block_ref(x: &[f32]) -> BlockQ3K {
+    let mut l = [0i8; QK_K];
+    let mut scales = [0f32; QK_K / 16];
+    let mut y = BlockQ3K::default();
+
+    let mut max_scale = 0f32;
+    let mut amax = 0f32;
+    for j in 0..QK_K / 16 {
+        scales[j] = make_q3_quants(16, 4, &x[16 * j..], &mut l[16 * j..], true);
+        let scale = scales[j].abs();
+        if scale > amax {
+            amax = scale;
+            max_scale = scales[j];
+        }
+    }
+
+    // C's `if (max_scale)`: true for NaN too.
+    if max_scale != 0.0 {
+        let iscale = -32.0 / max_scale;
+        for (j, &s) in scales.iter().enumerate() {
+            // `int8_t l = nearest_int(...)`: truncated to int8 before the clamp.
+            let li = nearest_int(iscale * s) as i8 as i32;
+            let li = (-32).max(31.min(li)) + 32;
+            y.put_scale(j, li);
+        }
+        write_f16(&mut y.d, 0, 1.0 / iscale);
+    } else {
+        write_f16(&mut y.d, 0, 0.0);
+    }
+    finish_block(x, &mut y, &mut l);
+    y
+}
+
+/// `quantize_row_q3_K_impl` for one super-block: `quant_weights` are the 256 importance
+/// weights of this block.
+fn quantize_block_impl(x: &[f32], quant_weights: &[f32]) -> BlockQ3K {
+    let mut l = [0i8; QK_K];
+    let mut scales = [0f32; QK_K / 16];
+    let mut weight = [0f32; 16];
+    let mut sw = [0f32; QK_K / 16];
+    let mut ls = [0i8; QK_K / 16];
+    let mut y = BlockQ3K::default();
+
+    let mut sumx2 = 0f32;
+    for &xi in &x[..QK_K] {
+        sumx2 += xi * xi;
+    }
+    let sigma2 = 2.0 * sumx2 / QK_K as f32;
+
+    for j in 0..QK_K / 16 {
+        let qw = &quant_weights[16 * j..16 * j + 16];
+        for i in 0..16 {
+            let xi = x[16 * j + i];
+            weight[i] = qw[i] * (sigma2 + xi * xi).sqrt();
+        }
+        let mut sumw = 0f32;
+        for &w in &weight {
+            sumw += w;
+        }
+        sw[j] = sumw;
+        scales[j] = make_qx_quants(16, 4, &x[16 * j..], &mut l[16 * j..], 1, Some(&weight[..]));
+    }
+
+    let d_block = make_qx_quants(QK_K / 16, 32, &scales, &mut ls, 1, Some(&sw[..]));
+    for (j, &lj) in ls.iter().enumerate() {
+        y.put_scale(j, lj as i32);
+    }
+    write_f16(&mut y.d, 0, d_block);
+    finish_block(x, &mut y, &mut l);
+    y
+}
+
+/// `quantize_row_q3_K_ref` (ggml's `from_float_ref`): encodes whole super-blocks of `src`.
+pub fn quantize_ref(src: &[f32], dst: &mut [u8]) {
+    for (x, out) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BlockQ3K::SIZE)) {
+        quantize_block_ref(x).write_to(out);
+    }
+}
+
+/// `quantize_q3_K`: without an imatrix the `_ref` over everything, with one
+/// `quantize_row_q3_K_impl` row by row.
+pub fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
+    let Some(qw) = imatrix else {
+        quantize_ref(src, dst);
+        return;
+    };
+    let row_size = n_per_row / QK_K * BlockQ3K::SIZE;
+    for (x, y) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_size)) {
+        for (ib, (xb, out)) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(BlockQ3K::SIZE)).enumerate() {
+            quantize_block_impl(xb, &qw[QK_K * ib..QK_K * (ib + 1)]).write_to(out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::f32_to_fp16;
+
+    fn rng(seed: u64) -> impl FnMut() -> f32 {
+        let mut s = seed | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+    }
+
+    fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = rng(seed);
+        (0..n).map(|_| (0..4).map(|_| r()).sum::<f32>()).collect()
+    }
+
+    #[test]
+    fn registered() {
+        let t = crate::by_name("q3_K").unwrap();
+        assert_eq!((t.id, t.block_size, t.type_size), (11, 256, 110));
+        assert!(t.is_quantized && t.quantize_ref_fn.is_some() && !t.requires_imatrix);
+    }
+
+    #[test]
+    fn scale_packing_roundtrips() {
+        let mut y = BlockQ3K::default();
+        for j in 0..16 {
+            y.put_scale(j, (j as i32 * 7 + 3) % 64);
+        }
+        for j in 0..16 {
+            assert_eq!(y.scale(j), (j as i32 * 7 + 3) % 64 - 32, "scale {j}");
+        }
+    }
+
+    #[test]
+    fn decodes_handmade_block() {
+        let mut b = [0u8; 110];
+        // Scale 0 = 33 → +1, scale 1 = 30 → -2, scale 15 = 63 → 31.
+        // scale 0: low nibble in scales[0], high bits in scales[8] bits 0-1.
+        b[96] = 33 & 0xF;
+        b[96 + 8] = (33 >> 4) & 3;
+        b[96 + 1] = 30 & 0xF;
+        b[96 + 9] = (30 >> 4) & 3;
+        b[96 + 7] = (63 & 0xF) << 4; // scale 15: scales[7] high nibble
+        b[96 + 11] = ((63 >> 4) & 3) << 6; // scales[8 + 3] bits 6-7
+        b[108..110].copy_from_slice(&f32_to_fp16(0.5).to_le_bytes());
+        // Element 0: q = 3, high bit set → 3. Element 1: q = 0, no high bit → -4.
+        b[32] = 3;
+        b[0] = 1;
+        // Element 16 (sub-block 1): q = 2, high bit set → 2.
+        b[32 + 16] = 2;
+        b[16] = 1;
+        // Element 255: h = 1, s = 3, k = 1, l = 15 → qs[32 + 31] bits 6-7, hmask[31] bit 7.
+        b[32 + 63] = 1 << 6;
+        b[31] = 0x80;
+        let mut y = [0f32; 256];
+        Q3K::dequantize(&b, &mut y);
+        assert_eq!(y[0], 0.5 * 1.0 * 3.0);
+        assert_eq!(y[1], 0.5 * 1.0 * -4.0);
+        assert_eq!(y[16], 0.5 * -2.0 * 2.0);
+        assert_eq!(y[17], 0.5 * -2.0 * -4.0);
+        assert_eq!(y[255], 0.5 * 31.0 * 1.0);
+        // Sub-block 2 has packed scale 0 → -32.
+        assert_eq!(y[32], 0.5 * -32.0 * -4.0);
+        // A direct formula for every element.
+        let blk = BlockQ3K::from_bytes(&b);
+        for (e, &v) in y.iter().enumerate() {
+            let (h, s, k, l) = (e / 128, e / 32 % 4, e / 16 % 2, e % 16);
+            let q = ((b[32 + 32 * h + 16 * k + l] >> (2 * s)) & 3) as i32;
+            let high = b[16 * k + l] >> (4 * h + s) & 1;
+            let q = q - if high == 1 { 0 } else { 4 };
+            assert_eq!(v, 0.5 * blk.scale(8 * h + 2 * s + k) as f32 * q as f32, "element {e}");
+        }
+    }
+
+    #[test]
+    fn roundtrip_error_is_bounded() {
+        let n = 4 * QK_K;
+        let x = gaussian(n, 3);
+        let q = Q3K::TRAITS.quantize_to_vec(&x, n, None).unwrap();
+        let y = Q3K::TRAITS.dequantize_to_vec(&q).unwrap();
+        let im: Vec<f32> = (0..n).map(|i| 0.5 + (i % 5) as f32).collect();
+        let qi = Q3K::TRAITS.quantize_to_vec(&x, n, Some(&im)).unwrap();
+        let yi = Q3K::TRAITS.dequantize_to_vec(&qi).unwrap();
+        let var = x.iter().map(|v| v * v).sum::<f32>() / n as f32;
+        for y in [y, yi] {
+            let mse = x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / n as f32;
+            assert!(mse < 0.05 * var, "mse {mse} var {var}");
+            for (a, b) in x.iter().zip(&y) {
+                assert!((a - b).abs() < 0.4 * var.sqrt() + 0.3, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn zero_rows_encode_to_zero() {
+        let x = vec![0f32; 2 * QK_K];
+        for im in [None, Some(vec![1f32; QK_K])] {
+            let q = Q3K::TRAITS.quantize_to_vec(&x, QK_K, im.as_deref()).unwrap();
+            // d = 0; every code is -4 (no high bit), which decodes to zero.
+            for blk in q.chunks_exact(BlockQ3K::SIZE) {
+                assert!(blk[108..].iter().all(|&b| b == 0));
+                assert!(blk[..32].iter().all(|&b| b == 0));
+            }
+            assert!(Q3K::TRAITS.dequantize_to_vec(&q).unwrap().iter().all(|&v| v == 0.0));
+        }
+    }
+
+    #[test]
+    fn imatrix_path_is_deterministic_and_used() {
+        let n = 2 * QK_K;
+        let x = gaussian(3 * n, 13);
+        let mut r = rng(9);
+        let im: Vec<f32> = (0..n).map(|_| r().abs() + 0.01).collect();
+        let a = Q3K::TRAITS.quantize_to_vec(&x, n, Some(&im)).unwrap();
+        let b = Q3K::TRAITS.quantize_to_vec(&x, n, Some(&im)).unwrap();
+        assert_eq!(a, b);
+        let plain = Q3K::TRAITS.quantize_to_vec(&x, n, None).unwrap();
+        assert_ne!(a, plain);
+        let mut r = vec![0u8; plain.len()];
+        quantize_ref(&x, &mut r);
+        assert_eq!(r, plain);
+    }
+}
