@@ -1,1 +1,168 @@
-fn main() {}
+//! `gguf`: inspect, dequantize and (soon) run GGUF model files.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use gguf_cli::{fetch, inspect};
+use gguf_format::GgufFile;
+
+// Link every built-in quant type into the binary (inventory registrations).
+use ggml_quants as _;
+
+#[derive(Parser)]
+#[command(name = "gguf", version, about = "Read, inspect and run llama.cpp GGUF model files")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a file's metadata, tensor table, type mix and size (default model if no FILE).
+    Inspect {
+        /// The GGUF file; without it, the default model (fetched on first use).
+        file: Option<PathBuf>,
+        /// Print one JSON document with every key, value and tensor.
+        #[arg(long)]
+        json: bool,
+        /// Do not summarize long arrays.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Write one tensor as raw little-endian f32, in stored element order (ne[0] fastest).
+    Dequant {
+        /// The GGUF file.
+        file: PathBuf,
+        /// Tensor name.
+        tensor: String,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Download a known model into the cache and print its path.
+    Fetch {
+        /// Model name (default: the default model); `--list` shows them.
+        model: Option<String>,
+        /// List known models.
+        #[arg(long)]
+        list: bool,
+    },
+    /// List the registered quant types.
+    Types,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", chain.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn progress(line: &str) {
+    eprintln!("{line}");
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Inspect { file, json, full } => {
+            let path = match file {
+                Some(p) => p,
+                None => fetch::ensure(fetch::default_model(), &mut progress)?,
+            };
+            let f = open(&path)?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(&mut out, &inspect::to_json(&f, full))?;
+                writeln!(out)?;
+            } else {
+                out.write_all(inspect::to_text(&f, full).as_bytes())?;
+            }
+            Ok(())
+        }
+        Command::Dequant { file, tensor, output } => dequant(&file, &tensor, &output),
+        Command::Fetch { model, list } => {
+            if list {
+                for m in fetch::MODELS {
+                    println!("{:<20} {:<45} {:>12} bytes", m.name, m.file, m.size);
+                }
+                return Ok(());
+            }
+            let m = match model {
+                Some(name) => fetch::model(&name)?,
+                None => fetch::default_model(),
+            };
+            let p = fetch::ensure(m, &mut progress)?;
+            println!("{}", p.display());
+            Ok(())
+        }
+        Command::Types => {
+            println!("{:>4}  {:<10} {:>6} {:>6}  quantize", "id", "name", "block", "bytes");
+            for t in ggml_quants::all() {
+                let q = match (t.quantize_rows_fn.is_some(), t.requires_imatrix) {
+                    (true, true) => "yes (imatrix required)",
+                    (true, false) => "yes",
+                    (false, _) if t.quantize_ref_fn.is_some() => "reference only",
+                    _ => "no",
+                };
+                println!("{:>4}  {:<10} {:>6} {:>6}  {q}", t.id, t.name, t.block_size, t.type_size);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<GgufFile> {
+    GgufFile::open(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn dequant(path: &Path, name: &str, output: &Path) -> Result<()> {
+    let f = open(path)?;
+    let info = f.tensor(name).with_context(|| format!("{}: no tensor named {name:?}", path.display()))?;
+    let t = info.require_type()?;
+    let data = f.tensor_data(info)?;
+    // Decode and write one row at a time: memory stays bounded for any tensor size.
+    let ne0 = info.dims.first().copied().unwrap_or(1) as usize;
+    let row_bytes = t.row_size(ne0)?;
+    let tmp = output.with_file_name(format!(
+        ".{}.{}.tmp",
+        output.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id()
+    ));
+    let result = (|| -> Result<()> {
+        let mut w = BufWriter::new(File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+        let mut row = vec![0f32; ne0];
+        let mut bytes = Vec::with_capacity(ne0 * 4);
+        if row_bytes == 0 {
+            if !data.is_empty() {
+                bail!("tensor {name:?}: zero-width rows but {} data bytes", data.len());
+            }
+        } else {
+            for chunk in data.chunks_exact(row_bytes) {
+                t.dequantize(chunk, &mut row)?;
+                bytes.clear();
+                for v in &row {
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+                w.write_all(&bytes)?;
+            }
+        }
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => fs::rename(&tmp, output).with_context(|| format!("writing {}", output.display())),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}

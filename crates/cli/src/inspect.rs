@@ -1,0 +1,258 @@
+//! `gguf inspect`: a file's metadata, tensor table and summary, as text or JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use gguf_format::{Array, GgufFile, Value};
+use serde_json::{json, Map, Value as Json};
+
+/// Arrays longer than this are summarized unless `--full`.
+pub const ARRAY_PREVIEW: usize = 8;
+
+/// Totals over the tensor table.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Sum of element counts.
+    pub parameters: u64,
+    /// Sum of tensor data sizes (known types only).
+    pub tensor_bytes: u64,
+    /// Per type name: (tensor count, elements, bytes).
+    pub type_mix: BTreeMap<String, (usize, u64, u64)>,
+    /// Tensors whose type is not registered.
+    pub unknown_types: usize,
+}
+
+impl Summary {
+    /// Computes the totals of `file`.
+    pub fn of(file: &GgufFile) -> Summary {
+        let mut s = Summary::default();
+        for t in file.tensors() {
+            s.parameters += t.n_elements;
+            let bytes = t.size.unwrap_or(0);
+            s.tensor_bytes += bytes;
+            if t.size.is_none() {
+                s.unknown_types += 1;
+            }
+            let e = s.type_mix.entry(t.type_name()).or_default();
+            e.0 += 1;
+            e.1 += t.n_elements;
+            e.2 += bytes;
+        }
+        s
+    }
+
+    /// Bits per weight over all tensors of known type.
+    pub fn bits_per_weight(&self) -> f64 {
+        if self.parameters == 0 {
+            0.0
+        } else {
+            self.tensor_bytes as f64 * 8.0 / self.parameters as f64
+        }
+    }
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn f32_json(v: f32) -> Json {
+    serde_json::Number::from_f64(v as f64).map(Json::Number).unwrap_or(Json::Null)
+}
+
+fn f64_json(v: f64) -> Json {
+    serde_json::Number::from_f64(v).map(Json::Number).unwrap_or(Json::Null)
+}
+
+fn array_json(a: &Array, limit: usize) -> Json {
+    fn take<T: Clone>(v: &[T], limit: usize) -> &[T] {
+        &v[..v.len().min(limit)]
+    }
+    match a {
+        Array::U8(v) => json!(take(v, limit)),
+        Array::I8(v) => json!(take(v, limit)),
+        Array::U16(v) => json!(take(v, limit)),
+        Array::I16(v) => json!(take(v, limit)),
+        Array::U32(v) => json!(take(v, limit)),
+        Array::I32(v) => json!(take(v, limit)),
+        Array::U64(v) => json!(take(v, limit)),
+        Array::I64(v) => json!(take(v, limit)),
+        Array::F32(v) => Json::Array(take(v, limit).iter().map(|&x| f32_json(x)).collect()),
+        Array::F64(v) => Json::Array(take(v, limit).iter().map(|&x| f64_json(x)).collect()),
+        Array::Bool(v) => json!(take(v, limit)),
+        Array::String(v) => Json::Array(take(v, limit).iter().map(|s| Json::String(lossy(s))).collect()),
+        Array::Array(v) => Json::Array(take(v, limit).iter().map(|x| array_json(x, limit)).collect()),
+    }
+}
+
+/// A metadata value as JSON; arrays cut to `limit` elements.
+pub fn value_json(v: &Value, limit: usize) -> Json {
+    match v {
+        Value::U8(x) => json!(x),
+        Value::I8(x) => json!(x),
+        Value::U16(x) => json!(x),
+        Value::I16(x) => json!(x),
+        Value::U32(x) => json!(x),
+        Value::I32(x) => json!(x),
+        Value::U64(x) => json!(x),
+        Value::I64(x) => json!(x),
+        Value::F32(x) => f32_json(*x),
+        Value::F64(x) => f64_json(*x),
+        Value::Bool(x) => json!(x),
+        Value::String(s) => Json::String(lossy(s)),
+        Value::Array(a) => array_json(a, limit),
+    }
+}
+
+/// The whole file as one JSON document (schema in ARCHITECTURE.md).
+pub fn to_json(file: &GgufFile, full: bool) -> Json {
+    let limit = if full { usize::MAX } else { ARRAY_PREVIEW };
+    let metadata: Vec<Json> = file
+        .metadata()
+        .iter()
+        .map(|(k, v)| {
+            let mut m = Map::new();
+            m.insert("key".into(), json!(k));
+            m.insert("type".into(), json!(v.value_type().name()));
+            if let Value::Array(a) = v {
+                m.insert("element_type".into(), json!(a.elem_type().name()));
+                m.insert("len".into(), json!(a.len()));
+                if a.len() > limit {
+                    m.insert("truncated".into(), json!(true));
+                }
+            }
+            m.insert("value".into(), value_json(v, limit));
+            Json::Object(m)
+        })
+        .collect();
+    let tensors: Vec<Json> = file
+        .tensors()
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "type": t.type_name(),
+                "type_id": t.type_id,
+                "shape": t.dims,
+                "offset": t.offset,
+                "bytes": t.size,
+                "elements": t.n_elements,
+            })
+        })
+        .collect();
+    let s = Summary::of(file);
+    let mix: Map<String, Json> = s
+        .type_mix
+        .iter()
+        .map(|(k, (n, el, b))| (k.clone(), json!({"tensors": n, "elements": el, "bytes": b})))
+        .collect();
+    json!({
+        "path": file.path().display().to_string(),
+        "version": file.version(),
+        "alignment": file.alignment(),
+        "file_size": file.file_size(),
+        "data_offset": file.data_offset(),
+        "data_size": file.file_size().saturating_sub(file.data_offset()),
+        "metadata": metadata,
+        "tensors": tensors,
+        "parameters": s.parameters,
+        "tensor_bytes": s.tensor_bytes,
+        "bits_per_weight": f64_json(s.bits_per_weight()),
+        "type_mix": mix,
+    })
+}
+
+fn value_text(v: &Value, limit: usize) -> String {
+    match v {
+        Value::String(s) => format!("{:?}", lossy(s)),
+        Value::Array(a) => {
+            let shown = value_json(v, limit);
+            let mut s = format!("[{} × {}] ", a.elem_type().name(), a.len());
+            let body = shown.to_string();
+            s.push_str(&body);
+            if a.len() > limit {
+                let _ = write!(s, " … ({} more)", a.len() - limit);
+            }
+            s
+        }
+        other => value_json(other, limit).to_string(),
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2}M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.2}K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
+
+/// The human-readable report.
+pub fn to_text(file: &GgufFile, full: bool) -> String {
+    let limit = if full { usize::MAX } else { ARRAY_PREVIEW };
+    let mut o = String::new();
+    let data = file.file_size().saturating_sub(file.data_offset());
+    let _ = writeln!(o, "file:      {}", file.path().display());
+    let _ = writeln!(
+        o,
+        "format:    GGUF v{}, alignment {}, {} metadata keys, {} tensors",
+        file.version(),
+        file.alignment(),
+        file.metadata().len(),
+        file.tensors().len()
+    );
+    let _ = writeln!(
+        o,
+        "size:      file {} ({}), header {} , data {} ({})",
+        human_bytes(file.file_size()),
+        file.file_size(),
+        file.data_offset(),
+        human_bytes(data),
+        data
+    );
+    let _ = writeln!(o, "\nmetadata:");
+    let kw = file.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in file.metadata().iter() {
+        let _ = writeln!(o, "  {k:<kw$}  {:<6} {}", v.value_type().name(), value_text(v, limit));
+    }
+    let _ = writeln!(o, "\ntensors:");
+    let nw = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", "name", "type", "shape", "offset", "bytes");
+    for t in file.tensors() {
+        let shape = format!("{:?}", t.dims);
+        let bytes = t.size.map(|b| b.to_string()).unwrap_or_else(|| "?".into());
+        let _ = writeln!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", t.name, t.type_name(), shape, t.offset, bytes);
+    }
+    let s = Summary::of(file);
+    let _ = writeln!(o, "\ntype mix:");
+    for (name, (n, el, b)) in &s.type_mix {
+        let share = if s.tensor_bytes > 0 { *b as f64 * 100.0 / s.tensor_bytes as f64 } else { 0.0 };
+        let _ = writeln!(
+            o,
+            "  {name:<8} {n:>5} tensors {:>10} elements {:>12} ({share:5.1}%)",
+            human_count(*el),
+            human_bytes(*b)
+        );
+    }
+    let _ = writeln!(o, "\nparameters:      {} ({})", human_count(s.parameters), s.parameters);
+    let _ = writeln!(o, "bits per weight: {:.3}", s.bits_per_weight());
+    if s.unknown_types > 0 {
+        let _ = writeln!(o, "warning: {} tensor(s) of a type this build does not know", s.unknown_types);
+    }
+    o
+}

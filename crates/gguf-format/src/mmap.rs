@@ -1,0 +1,35 @@
+//! The one place this crate touches `unsafe`: mapping a file read-only.
+
+use std::fs::File;
+use std::ops::Deref;
+
+/// The bytes of a file: memory-mapped, or owned for empty files and in-memory input.
+#[derive(Debug)]
+pub(crate) enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    pub(crate) fn map(file: &File) -> std::io::Result<Bytes> {
+        if file.metadata()?.len() == 0 {
+            return Ok(Bytes::Owned(Vec::new()));
+        }
+        // SAFETY: the map is read-only and private to this process. Another process
+        // truncating or rewriting the file while it is mapped is outside what we can
+        // guard against (as for every mmap-based loader, llama.cpp's included); our own
+        // writer never writes to a file in place (it renames a finished temporary).
+        let map = unsafe { memmap2::Mmap::map(file)? };
+        Ok(Bytes::Mapped(map))
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
