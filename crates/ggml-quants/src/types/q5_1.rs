@@ -1,1 +1,230 @@
-//! TODO: q5_1 (being written)
+//! `GGML_TYPE_Q5_1` (id 7): blocks of 32 weights, fp16 scale `d` and minimum `m`, 32 5-bit
+//! codes `q` (low nibbles in `qs`, fifth bits in the 32-bit mask `qh`), decoded as
+//! `q * d + m`.
+//!
+//! Ports (llama.cpp `0c1e57098`, `ggml/src/ggml-quants.c`): `dequantize_row_q5_1`
+//! (`to_float`), `quantize_row_q5_1_ref` (`from_float_ref`), and `quantize_q5_1` /
+//! `quantize_row_q5_1_impl` (what `ggml_quantize_chunk` calls: the reference quantizer
+//! without an imatrix, an importance-weighted `make_qkx3_quants` search per block with one).
+
+use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
+use crate::util::{c_f32_to_i32, make_qkx3_quants, read_f16, write_f16};
+
+/// Elements per block (`QK5_1`).
+pub const QK5_1: usize = 32;
+
+/// ggml's `block_q5_1`: the byte layout of one block.
+#[repr(C)]
+pub struct BlockQ5_1 {
+    /// Scale, fp16 little-endian.
+    pub d: [u8; 2],
+    /// Minimum (added after scaling), fp16 little-endian.
+    pub m: [u8; 2],
+    /// Fifth bits, a little-endian `u32`: bit `j` belongs to element `j`.
+    pub qh: [u8; 4],
+    /// Low nibbles: element `j` in the low nibble of `qs[j]`, element `j + 16` in the high one.
+    pub qs: [u8; QK5_1 / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 2 * 2 + 4 + QK5_1 / 2);
+
+const TS: usize = std::mem::size_of::<BlockQ5_1>();
+
+/// Marker for `q5_1`.
+pub struct Q5_1;
+
+impl GgmlType for Q5_1 {
+    const NAME: &'static str = "q5_1";
+    const ID: u32 = 7;
+    const BLOCK_SIZE: usize = QK5_1;
+    const TYPE_SIZE: usize = TS;
+    const IS_QUANTIZED: bool = true;
+    const QUANTIZE_REF: Option<QuantizeRefFn> = Some(quantize_ref);
+    const QUANTIZE_ROWS: Option<QuantizeRowsFn> = Some(quantize_rows);
+
+    /// `dequantize_row_q5_1`.
+    fn dequantize(src: &[u8], dst: &mut [f32]) {
+        for (b, y) in src.chunks_exact(TS).zip(dst.chunks_exact_mut(QK5_1)) {
+            let d = read_f16(b, 0);
+            let m = read_f16(b, 2);
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            let qs: &[u8; 16] = b[8..TS].try_into().unwrap();
+            let (y0, y1) = y.split_at_mut(16);
+            let y0: &mut [f32; 16] = y0.try_into().unwrap();
+            let y1: &mut [f32; 16] = y1.try_into().unwrap();
+            for j in 0..16 {
+                let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+                let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+                let x0 = ((qs[j] & 0x0F) | xh_0) as i32;
+                let x1 = ((qs[j] >> 4) | xh_1) as i32;
+                y0[j] = x0 as f32 * d + m;
+                y1[j] = x1 as f32 * d + m;
+            }
+        }
+    }
+}
+
+inventory::submit! { <Q5_1 as GgmlType>::TRAITS }
+
+/// Packs 32 5-bit codes (`l[j]` for element `j`) into `qs` and the `qh` bit mask, as the
+/// tails of `quantize_row_q5_1_ref` and `quantize_row_q5_1_impl` do.
+#[inline]
+fn pack(l: &[u8; 32], yb: &mut [u8]) {
+    let mut qh = 0u32;
+    for j in 0..16 {
+        let xi0 = l[j];
+        let xi1 = l[j + 16];
+        yb[8 + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
+        qh |= (((xi0 & 0x10) as u32) >> 4) << j;
+        qh |= (((xi1 & 0x10) as u32) >> 4) << (j + 16);
+    }
+    yb[4..8].copy_from_slice(&qh.to_le_bytes());
+}
+
+/// `quantize_row_q5_1_ref`: per block, `d = (max - min) / 31`, `m = min`, codes
+/// `(uint8_t)((x - min) / d + 0.5)` (no clamp, as in ggml).
+pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
+    for (xb, yb) in x.chunks_exact(QK5_1).zip(y.chunks_exact_mut(TS)) {
+        let mut min = f32::MAX;
+        let mut max = -f32::MAX;
+        for &v in xb {
+            if v < min {
+                min = v;
+            }
+            if v > max {
+                max = v;
+            }
+        }
+        let d = (max - min) / 31.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        write_f16(yb, 0, d);
+        write_f16(yb, 2, min);
+        let mut l = [0u8; 32];
+        for j in 0..16 {
+            let x0 = (xb[j] - min) * id;
+            let x1 = (xb[16 + j] - min) * id;
+            // `(uint8_t)(x + 0.5f)`: a truncating conversion, no clamp.
+            l[j] = c_f32_to_i32(x0 + 0.5) as u8;
+            l[j + 16] = c_f32_to_i32(x1 + 0.5) as u8;
+        }
+        pack(&l, yb);
+    }
+}
+
+/// `quantize_row_q5_1_impl` with weights: one row of `x.len()` elements.
+fn quantize_row_impl(x: &[f32], y: &mut [u8], quant_weights: &[f32]) {
+    let n_per_row = x.len();
+    let mut sum_x2 = 0f32;
+    for &v in x {
+        sum_x2 += v * v;
+    }
+    let sigma2 = sum_x2 / n_per_row as f32;
+    let mut weight = [0f32; QK5_1];
+    let mut l = [0u8; QK5_1];
+    let mut laux = [0u8; QK5_1];
+    for ((xb, qw), yb) in x.chunks_exact(QK5_1).zip(quant_weights.chunks_exact(QK5_1)).zip(y.chunks_exact_mut(TS)) {
+        for j in 0..QK5_1 {
+            weight[j] = qw[j] * (sigma2 + xb[j] * xb[j]).sqrt();
+        }
+        let mut min = 0f32;
+        let d = make_qkx3_quants(QK5_1, 31, xb, Some(&weight), &mut l, &mut min, &mut laux, -0.9, 0.05, 36, false);
+        write_f16(yb, 0, d);
+        write_f16(yb, 2, -min);
+        pack(&l, yb);
+    }
+}
+
+/// `quantize_q5_1`: the reference quantizer over everything without an imatrix, the
+/// importance-weighted search row by row with one.
+fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
+    match imatrix {
+        None => quantize_ref(src, dst),
+        Some(qw) => {
+            let row_size = n_per_row / QK5_1 * TS;
+            for (x, y) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_size)) {
+                quantize_row_impl(x, y, qw);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: u32, n: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32 - 0.5) * 2.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decodes_handmade_block() {
+        let mut b = [0u8; TS];
+        b[0..2].copy_from_slice(&0x3400u16.to_le_bytes()); // d = 0.25
+        b[2..4].copy_from_slice(&0xbc00u16.to_le_bytes()); // m = -1
+
+        // Fifth bit set for elements 3 and 19 (bits 3 and 19 of qh).
+        b[4..8].copy_from_slice(&((1u32 << 3) | (1 << 19)).to_le_bytes());
+        for j in 0..16 {
+            b[8 + j] = (j as u8) | ((15 - j as u8) << 4);
+        }
+        let mut out = [0f32; 32];
+        Q5_1::dequantize(&b, &mut out);
+        for j in 0..16 {
+            let h = if j == 3 { 16 } else { 0 };
+            assert_eq!(out[j], (j + h) as f32 * 0.25 - 1.0);
+            assert_eq!(out[16 + j], (15 - j + h) as f32 * 0.25 - 1.0);
+        }
+    }
+
+    #[test]
+    fn roundtrip_error_is_bounded() {
+        let x = rng(7, 32 * 64);
+        let mut q = vec![0u8; 64 * TS];
+        quantize_ref(&x, &mut q);
+        let mut y = vec![0f32; x.len()];
+        Q5_1::dequantize(&q, &mut y);
+        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
+            let lo = xb.iter().fold(f32::MAX, |a, &v| a.min(v));
+            let hi = xb.iter().fold(f32::MIN, |a, &v| a.max(v));
+            for (a, b) in xb.iter().zip(yb) {
+                assert!((a - b).abs() <= (hi - lo) / 31.0 * 0.51 + 2e-3, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn all_zero_row_gives_zero_block() {
+        let x = [0f32; 64];
+        let mut q = [0xAAu8; 2 * TS];
+        quantize_rows(&x, &mut q, 64, None);
+        assert!(q.iter().all(|&v| v == 0));
+        quantize_rows(&x, &mut q, 64, Some(&[1.0; 64]));
+        let mut y = [1f32; 64];
+        Q5_1::dequantize(&q, &mut y);
+        assert!(y.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn imatrix_path_is_deterministic_and_close() {
+        let n = 256;
+        let x = rng(11, n * 3);
+        let w: Vec<f32> = rng(5, n).iter().map(|v| v.abs() + 0.1).collect();
+        let mut a = vec![0u8; 3 * n / 32 * TS];
+        let mut b = vec![0u8; a.len()];
+        quantize_rows(&x, &mut a, n, Some(&w));
+        quantize_rows(&x, &mut b, n, Some(&w));
+        assert_eq!(a, b);
+        let mut y = vec![0f32; x.len()];
+        Q5_1::dequantize(&a, &mut y);
+        let err: f32 = x.iter().zip(&y).map(|(p, q)| (p - q) * (p - q)).sum::<f32>() / x.len() as f32;
+        assert!(err < 0.002, "mse {err}");
+    }
+}
