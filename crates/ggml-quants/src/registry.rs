@@ -91,7 +91,7 @@ impl TypeTraits {
     /// size overflows.
     pub fn bytes_for(&self, n: u64) -> Option<u64> {
         let bs = self.block_size as u64;
-        if bs == 0 || n % bs != 0 {
+        if bs == 0 || !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size as u64)
@@ -99,7 +99,7 @@ impl TypeTraits {
 
     /// `ggml_row_size`: bytes of one row of `n_per_row` elements.
     pub fn row_size(&self, n_per_row: usize) -> Result<usize> {
-        if self.block_size == 0 || n_per_row % self.block_size != 0 {
+        if self.block_size == 0 || !n_per_row.is_multiple_of(self.block_size) {
             return Err(self.not_whole(n_per_row));
         }
         (n_per_row / self.block_size).checked_mul(self.type_size).ok_or_else(|| self.not_whole(n_per_row))
@@ -127,7 +127,7 @@ impl TypeTraits {
 
     /// Decodes `src` into a new vector.
     pub fn dequantize_to_vec(&self, src: &[u8]) -> Result<Vec<f32>> {
-        if self.type_size == 0 || src.len() % self.type_size != 0 {
+        if self.type_size == 0 || !src.len().is_multiple_of(self.type_size) {
             return Err(Error::BadLength {
                 type_name: self.name,
                 what: "source (not whole blocks)",
@@ -163,7 +163,7 @@ impl TypeTraits {
             return Err(Error::ImatrixRequired { type_name: self.name });
         }
         let row = self.row_size(n_per_row)?;
-        if n_per_row == 0 || src.len() % n_per_row != 0 {
+        if n_per_row == 0 || !src.len().is_multiple_of(n_per_row) {
             return Err(self.not_whole(src.len()));
         }
         if let Some(im) = imatrix {
@@ -178,7 +178,7 @@ impl TypeTraits {
     /// [`TypeTraits::quantize_rows`] into a new vector.
     pub fn quantize_to_vec(&self, src: &[f32], n_per_row: usize, imatrix: Option<&[f32]>) -> Result<Vec<u8>> {
         let row = self.row_size(n_per_row)?;
-        let rows = if n_per_row == 0 { 0 } else { src.len() / n_per_row };
+        let rows = src.len().checked_div(n_per_row).unwrap_or(0);
         let mut out = vec![0u8; rows * row];
         self.quantize_rows(src, &mut out, n_per_row, imatrix)?;
         Ok(out)

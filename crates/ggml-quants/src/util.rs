@@ -7,7 +7,9 @@
 //! - C's `MAX(a, b)` is `if a > b { a } else { b }` (not `f32::max`, which differs on NaN);
 //! - integer results are truncated the way C's implicit conversions truncate (`as u8`).
 //!
-//! These are public so that plug-in types outside this crate can reuse them.
+//! These are public so that plug-in types outside this crate can reuse them. Loops index
+//! several slices in step, as the C does, so clippy's `needless_range_loop` is off here.
+#![allow(clippy::needless_range_loop)]
 
 /// `GROUP_MAX_EPS` of ggml-quants.c: below this a group counts as all zero.
 pub const GROUP_MAX_EPS: f32 = 1e-15;
@@ -43,7 +45,7 @@ pub fn f32_to_fp16(f: f32) -> u16 {
     if bias < 0x7100_0000 {
         bias = 0x7100_0000;
     }
-    base = f32::from_bits((bias >> 1) + 0x0780_0000) + base;
+    base += f32::from_bits((bias >> 1) + 0x0780_0000);
     let bits = base.to_bits();
     let exp_bits = (bits >> 13) & 0x0000_7C00;
     let mantissa_bits = bits & 0x0000_0FFF;
@@ -83,7 +85,7 @@ pub fn write_f16(b: &mut [u8], at: usize, v: f32) {
 /// `INT_MIN` for NaN and out-of-range values (Rust's `as` saturates instead).
 #[inline]
 pub fn c_f32_to_i32(f: f32) -> i32 {
-    if f.is_nan() || f >= 2147483648.0 || f < -2147483648.0 {
+    if f.is_nan() || !(-2147483648.0..2147483648.0).contains(&f) {
         i32::MIN
     } else {
         f as i32

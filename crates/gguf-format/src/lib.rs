@@ -29,7 +29,7 @@ mod writer;
 pub use error::Error;
 pub use reader::{Gguf, GgufFile, TensorInfo};
 pub use value::{Array, Metadata, Value, ValueType};
-pub use writer::{GgufWriter, TensorSource};
+pub use writer::{GgufWriter, StreamFn, TensorSource};
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -10,6 +10,10 @@ use crate::reader::GgufFile;
 use crate::value::{Array, Metadata, Value};
 use crate::{Error, Result, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAGIC, MAX_DIMS};
 
+/// A tensor-data producer: called once at write time, it must write exactly the
+/// tensor's size.
+pub type StreamFn<'a> = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>;
+
 /// Where a tensor's bytes come from when the file is written.
 pub enum TensorSource<'a> {
     /// Borrowed bytes (e.g. a view into a memory-mapped input file).
@@ -18,7 +22,7 @@ pub enum TensorSource<'a> {
     Owned(Vec<u8>),
     /// A producer called once, at write time, to stream exactly the tensor's size into
     /// the writer — so a converter never holds more than one tensor in memory.
-    Stream(Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + 'a>),
+    Stream(StreamFn<'a>),
 }
 
 impl std::fmt::Debug for TensorSource<'_> {
@@ -188,7 +192,7 @@ impl<'a> GgufWriter<'a> {
         for (k, v) in self.metadata.iter() {
             write_str(&mut w, k.as_bytes())?;
             w.write_all(&(v.value_type() as u32).to_le_bytes())?;
-            write_value(&mut w, k, v)?;
+            write_value(&mut w, v)?;
         }
         let mut offset = 0u64;
         for t in &self.tensors {
@@ -307,7 +311,7 @@ fn write_str(w: &mut dyn Write, s: &[u8]) -> io::Result<()> {
     w.write_all(s)
 }
 
-fn write_value(w: &mut dyn Write, key: &str, v: &Value) -> Result<(), WriteError> {
+fn write_value(w: &mut dyn Write, v: &Value) -> Result<(), WriteError> {
     match v {
         Value::U8(x) => w.write_all(&[*x])?,
         Value::I8(x) => w.write_all(&x.to_le_bytes())?,
@@ -318,7 +322,7 @@ fn write_value(w: &mut dyn Write, key: &str, v: &Value) -> Result<(), WriteError
         Value::F32(x) => w.write_all(&x.to_le_bytes())?,
         Value::Bool(x) => w.write_all(&[*x as u8])?,
         Value::String(s) => write_str(w, s)?,
-        Value::Array(a) => write_array(w, key, a)?,
+        Value::Array(a) => write_array(w, a)?,
         Value::U64(x) => w.write_all(&x.to_le_bytes())?,
         Value::I64(x) => w.write_all(&x.to_le_bytes())?,
         Value::F64(x) => w.write_all(&x.to_le_bytes())?,
@@ -326,7 +330,7 @@ fn write_value(w: &mut dyn Write, key: &str, v: &Value) -> Result<(), WriteError
     Ok(())
 }
 
-fn write_array(w: &mut dyn Write, key: &str, a: &Array) -> Result<(), WriteError> {
+fn write_array(w: &mut dyn Write, a: &Array) -> Result<(), WriteError> {
     w.write_all(&(a.elem_type() as u32).to_le_bytes())?;
     w.write_all(&(a.len() as u64).to_le_bytes())?;
     macro_rules! fixed {
@@ -357,7 +361,7 @@ fn write_array(w: &mut dyn Write, key: &str, a: &Array) -> Result<(), WriteError
         }
         Array::Array(v) => {
             for inner in v {
-                write_array(w, key, inner)?;
+                write_array(w, inner)?;
             }
         }
     }
