@@ -18,7 +18,10 @@ pub mod util;
 pub mod types;
 
 pub use error::Error;
-pub use registry::{all, by_id, by_name, lookup_id, lookup_name, registry_problems, GgmlType, TypeTraits};
+pub use registry::{
+    all, by_id, by_name, lookup_id, lookup_name, registry_problems, DequantizeFn, GgmlType, QuantizeRefFn,
+    QuantizeRowsFn, TypeTraits,
+};
 
 /// `inventory` re-exported so that plug-in crates can register types without naming the
 /// dependency themselves.
