@@ -218,7 +218,7 @@ pub fn to_text(file: &GgufFile, full: bool) -> String {
     );
     let _ = writeln!(
         o,
-        "size:      file {} ({}), header {} , data {} ({})",
+        "size:      file {} ({} bytes), header {} bytes, data {} ({} bytes)",
         human_bytes(file.file_size()),
         file.file_size(),
         file.data_offset(),

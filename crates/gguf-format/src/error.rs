@@ -47,7 +47,7 @@ pub enum Error {
         available: u64,
     },
     /// A count that cannot fit in the remaining bytes.
-    #[error("{what} at offset {offset}: count {count} cannot fit in the {available} bytes that remain")]
+    #[error("{what} at offset {offset}: count {count} cannot fit in the {available} bytes that remain (truncated or corrupt file)")]
     CountTooLarge {
         /// What was being counted.
         what: String,
