@@ -260,8 +260,8 @@ struct TestTensor {
     how: &'static str,
 }
 
-/// One small tensor of every registered type: quantized gaussian data where a quantizer
-/// exists, random bytes otherwise; plus 3-d and 4-d f32 shapes.
+/// One small tensor of every registered type: gaussian data through `quantize_rows` (or
+/// `quantize_ref`) where one exists, random bytes otherwise; plus 3-d and 4-d f32 shapes.
 fn tensors(seed: u64) -> Vec<TestTensor> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x6767_7566);
     let mut out = Vec::new();
@@ -281,6 +281,16 @@ fn tensors(seed: u64) -> Vec<TestTensor> {
                 how = "quantize_rows";
             } else {
                 how = "random bytes (quantize_rows failed)";
+            }
+        } else if t.quantize_ref_fn.is_some() {
+            let src: Vec<f32> = (0..ne0 * rows).map(|_| gaussian(&mut rng)).collect();
+            let mut d = vec![0u8; bytes];
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.quantize_ref(&src, &mut d)));
+            if let Ok(Ok(())) = r {
+                data = Some(d);
+                how = "quantize_ref";
+            } else {
+                how = "random bytes (quantize_ref failed)";
             }
         }
         let data = data.unwrap_or_else(|| {

@@ -132,7 +132,16 @@ pub struct Report {
 impl Report {
     /// Adds a check and prints a progress line to stderr.
     pub fn push(&mut self, c: Check) {
-        eprintln!("  [{}] {} / {}: {} cases, {} mismatches", c.status.as_str(), c.group, c.what, c.cases, c.mismatches);
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let t = START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64();
+        eprintln!(
+            "  [{t:7.1}s] [{}] {} / {}: {} cases, {} mismatches",
+            c.status.as_str(),
+            c.group,
+            c.what,
+            c.cases,
+            c.mismatches
+        );
         self.checks.push(c);
     }
 
