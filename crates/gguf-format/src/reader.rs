@@ -62,6 +62,9 @@ pub struct Gguf {
     file_size: u64,
 }
 
+/// Most tensor-table entries reserved before they are parsed.
+const MAX_TENSOR_RESERVE: u64 = 1024;
+
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -211,7 +214,9 @@ fn read_array(cur: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array> {
             Array::String(v)
         }
         ValueType::Array => {
-            let mut v = Vec::with_capacity(n as usize);
+            // No reservation: every nesting level may claim the same remaining bytes, so
+            // trusting each count would reserve about 2.7x the input per level.
+            let mut v = Vec::new();
             for _ in 0..n {
                 v.push(read_array(cur, key, depth + 1)?);
             }
@@ -274,8 +279,11 @@ impl Gguf {
             }
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut names = HashSet::with_capacity(n_tensors as usize);
+        // An entry is at least 24 bytes in the file but ~150 in memory (with its name in
+        // the set), so reserve only up to a cap and let longer tables grow as they parse.
+        let reserve = n_tensors.min(MAX_TENSOR_RESERVE) as usize;
+        let mut tensors = Vec::with_capacity(reserve);
+        let mut names = HashSet::with_capacity(reserve);
         for i in 0..n_tensors {
             let info_offset = cur.pos as u64;
             let name = cur.utf8_string(&|| format!("name of tensor {i}"))?;
@@ -321,8 +329,14 @@ impl Gguf {
 
         let file_size = buf.len() as u64;
         let header_end = cur.pos as u64;
-        let data_offset = align_up(cur.pos as u64, alignment)
-            .ok_or_else(|| Error::BadAlignment { reason: "data offset overflows".into() })?;
+        // Like llama.cpp's gguf_init, the data section is aligned only when there are
+        // tensors; a tensor-less file's data offset is the end of its header.
+        let data_offset = if tensors.is_empty() {
+            header_end
+        } else {
+            align_up(header_end, alignment)
+                .ok_or_else(|| Error::BadAlignment { reason: "data offset overflows".into() })?
+        };
         let data_len = file_size.saturating_sub(data_offset);
         let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(tensors.len());
         for (i, t) in tensors.iter().enumerate() {
@@ -398,6 +412,11 @@ impl Gguf {
     /// [`Gguf::parse`]). Fails for a tensor whose type is not registered.
     pub fn tensor_data<'a>(&self, file: &'a [u8], info: &TensorInfo) -> Result<&'a [u8]> {
         let size = info.size.ok_or_else(|| Error::UnknownType { name: info.name.clone(), type_id: info.type_id })?;
+        if size == 0 {
+            // An empty tensor has no bytes to be out of bounds, even where the data
+            // section would start past the end of the file (as `parse` accepts).
+            return Ok(&[]);
+        }
         let start = self.data_offset.checked_add(info.offset);
         let end = start.and_then(|s| s.checked_add(size));
         match (start, end) {

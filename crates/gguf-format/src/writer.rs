@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::reader::GgufFile;
 use crate::value::{Array, Metadata, Value};
-use crate::{Error, Result, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAGIC, MAX_DIMS};
+use crate::{Error, Result, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS};
 
 /// A tensor-data producer: called once at write time, it must write exactly the
 /// tensor's size.
@@ -184,6 +184,18 @@ impl<'a> GgufWriter<'a> {
 
     fn write_inner(self, out: &mut dyn Write) -> Result<(), WriteError> {
         let alignment = self.alignment()?;
+        // Refuse, before writing anything, what the reader would reject.
+        if !(2..=3).contains(&self.version) {
+            return Err(Error::UnsupportedVersion { version: self.version }.into());
+        }
+        for (k, v) in self.metadata.iter() {
+            if let Value::Array(a) = v {
+                if array_depth(a) > MAX_ARRAY_DEPTH {
+                    let reason = format!("arrays nested deeper than {MAX_ARRAY_DEPTH} cannot be read back");
+                    return Err(Error::InvalidValue { key: k.to_string(), reason }.into());
+                }
+            }
+        }
         let mut w = Counting { inner: out, written: 0 };
         w.write_all(&MAGIC)?;
         w.write_all(&self.version.to_le_bytes())?;
@@ -328,6 +340,14 @@ fn write_value(w: &mut dyn Write, v: &Value) -> Result<(), WriteError> {
         Value::F64(x) => w.write_all(&x.to_le_bytes())?,
     }
     Ok(())
+}
+
+/// Nesting depth of `a`: 1 for an array of scalars or strings.
+fn array_depth(a: &Array) -> usize {
+    match a {
+        Array::Array(v) => 1 + v.iter().map(array_depth).max().unwrap_or(0),
+        _ => 1,
+    }
 }
 
 fn write_array(w: &mut dyn Write, a: &Array) -> Result<(), WriteError> {
