@@ -102,7 +102,7 @@ fn real_main() -> Result<()> {
                     .collect::<Result<_>>()?
             };
             for m in wanted {
-                let p = models::ensure_model(&cache, m)?;
+                let p = models::ensure_model(m)?;
                 println!("{}", p.display());
             }
             let vocab = models::ensure_vocab(&cache)?;

@@ -340,7 +340,7 @@ pub fn inspect(bin: &Path, file: &Path) -> Result<Json> {
 fn files(cache: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     for m in models::MODELS {
-        out.push((m.short.to_string(), models::ensure_model(cache, m)?));
+        out.push((m.name.to_string(), models::ensure_model(m)?));
     }
     for v in models::ensure_vocab(cache)? {
         let name = v.file_name().unwrap().to_string_lossy().trim_end_matches(".gguf").to_string();
@@ -390,7 +390,7 @@ pub fn run(cache: &Path, opts: &Opts, report: &mut Report) -> Result<()> {
         }
         match (&ours, &theirs_ggml) {
             (Ok(a), Ok(b)) => {
-                let o = CompareOpts { trim_shape: true, file_size: true, lax_empty_data_offset: true };
+                let o = CompareOpts { trim_shape: true, file_size: true, lax_empty_data_offset: false };
                 report.push(compare_dumps(a, b, o).check("inspect vs libggml", name, ""));
             }
             (Err(e), _) | (_, Err(e)) => report.push(Check::error("inspect vs libggml", name, e)),
@@ -409,8 +409,8 @@ pub fn run(cache: &Path, opts: &Opts, report: &mut Report) -> Result<()> {
     for m in models::MODELS {
         let path = models::model_path(cache, m);
         match model_tensors(&ggml, &path) {
-            Ok(checks) => checks.into_iter().for_each(|c| report.push(c.with_prefix(m.short))),
-            Err(e) => report.push(Check::error("model tensors", m.short, e)),
+            Ok(checks) => checks.into_iter().for_each(|c| report.push(c.with_prefix(m.name))),
+            Err(e) => report.push(Check::error("model tensors", m.name, e)),
         }
     }
     Ok(())
