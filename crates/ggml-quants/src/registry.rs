@@ -36,7 +36,9 @@ pub struct TypeTraits {
     pub is_quantized: bool,
     /// ggml's `to_float`.
     pub dequantize_fn: DequantizeFn,
-    /// ggml's `from_float_ref`, `None` where ggml has none.
+    /// ggml's reference encoder: `from_float_ref`, or the exported `quantize_row_*_ref`
+    /// where the type table leaves it out (q8_K), or the plain copy for f32. `None` where
+    /// ggml has no encoder at all.
     pub quantize_ref_fn: Option<QuantizeRefFn>,
     /// The quantizer `ggml_quantize_chunk` uses, `None` where it has none.
     pub quantize_rows_fn: Option<QuantizeRowsFn>,
