@@ -112,6 +112,28 @@ pub fn c_min(a: f32, b: f32) -> f32 {
     }
 }
 
+/// The shape of ggml's `quantize_<type>(src, dst, nrow, n_per_row, imatrix)`: without
+/// importance weights the reference encoder over everything, with them `row_impl` on each
+/// row (every row sees the same `n_per_row` weights). `row_bytes` is one encoded row.
+pub fn quantize_rows_with(
+    src: &[f32],
+    dst: &mut [u8],
+    n_per_row: usize,
+    imatrix: Option<&[f32]>,
+    row_bytes: usize,
+    reference: fn(&[f32], &mut [u8]),
+    row_impl: fn(&[f32], &mut [u8], &[f32]),
+) {
+    match imatrix {
+        None => reference(src, dst),
+        Some(qw) => {
+            for (x, y) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_bytes)) {
+                row_impl(x, y, qw);
+            }
+        }
+    }
+}
+
 /// `nearest_int` of ggml-quants.c: round to nearest (ties to even) through the
 /// `1.5 * 2^23` trick. Valid for |x| <= 4194303; like ggml (asserts off in release) it
 /// returns the same garbage as the C code outside that range.

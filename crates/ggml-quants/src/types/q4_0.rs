@@ -108,15 +108,15 @@ fn quantize_row_impl(x: &[f32], y: &mut [u8], quant_weights: &[f32]) {
 /// `quantize_q4_0`: the reference quantizer over everything without an imatrix, the
 /// importance-weighted search row by row with one.
 fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
-    match imatrix {
-        None => quantize_ref(src, dst),
-        Some(qw) => {
-            let row_size = n_per_row / QK4_0 * TS;
-            for (x, y) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_size)) {
-                quantize_row_impl(x, y, qw);
-            }
-        }
-    }
+    crate::util::quantize_rows_with(
+        src,
+        dst,
+        n_per_row,
+        imatrix,
+        n_per_row / QK4_0 * TS,
+        quantize_ref,
+        quantize_row_impl,
+    )
 }
 
 #[cfg(test)]
