@@ -10,9 +10,13 @@
 //! `~/.cache/gguf-engine` ([`models::cache_dir`]).
 
 mod bench;
+mod bench_models;
 mod ggml;
+mod llama;
 mod llama_cpp;
 mod models;
+mod requant;
+mod synth;
 mod verify;
 
 // Links every built-in type's `inventory::submit!` into this binary.
@@ -34,6 +38,15 @@ commands:
       --type NAME                   only this quant type (repeatable; quants only)
   bench-quants [--quick] [--type NAME...]
                                     ggml-quants vs ggml dequantize/quantize throughput
+  verify logits [--model NAME|PATH...] [--quick] [-t N] [--self-check] [--gguf BIN]
+                                    engine (target/release/gguf run/logits) vs libllama:
+                                    greedy 32 tokens, KL and top-1 over every position;
+                                    models: smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen3,
+                                    qwen3moe, smollm2-q4_0..q6_k (groups: real, synth, requant)
+  bench [--model NAME...] [-t 2] [-r 3] [-p 512] [-n 64] [--md FILE] [--llama-only]
+                                    gguf bench vs llama-bench, interleaved, ratio table
+  synth [qwen3|qwen3moe]            write the random-weight test models into the cache
+  requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory
 
 environment: GGUF_CACHE, XDG_CACHE_HOME (cache location), XTASK_PYTHON (python with pip)";
@@ -45,11 +58,38 @@ struct Args {
     lib_only: bool,
     seed: u64,
     types: Vec<String>,
+    models: Vec<String>,
+    threads: usize,
+    reps: usize,
+    n_prompt: usize,
+    n_gen: usize,
+    md: Option<String>,
+    gguf: Option<String>,
+    self_check: bool,
+    llama_only: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
-    let mut a =
-        Args { positional: Vec::new(), quick: false, force: false, lib_only: false, seed: 0x5eed, types: Vec::new() };
+    let mut a = Args {
+        positional: Vec::new(),
+        quick: false,
+        force: false,
+        lib_only: false,
+        seed: 0x5eed,
+        types: Vec::new(),
+        models: Vec::new(),
+        threads: 2,
+        reps: 3,
+        n_prompt: 512,
+        n_gen: 64,
+        md: None,
+        gguf: None,
+        self_check: false,
+        llama_only: false,
+    };
+    let num = |v: Option<&String>, flag: &str| -> Result<usize> {
+        v.with_context(|| format!("{flag} needs a value"))?.parse().with_context(|| format!("{flag}: not a number"))
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -64,6 +104,15 @@ fn parse_args(args: &[String]) -> Result<Args> {
                 };
             }
             "--type" => a.types.push(it.next().context("--type needs a value")?.clone()),
+            "--model" | "-m" => a.models.push(it.next().context("--model needs a value")?.clone()),
+            "-t" | "--threads" => a.threads = num(it.next(), "-t")?,
+            "-r" | "--repetitions" => a.reps = num(it.next(), "-r")?,
+            "-p" | "--n-prompt" => a.n_prompt = num(it.next(), "-p")?,
+            "-n" | "--n-gen" => a.n_gen = num(it.next(), "-n")?,
+            "--md" => a.md = Some(it.next().context("--md needs a file")?.clone()),
+            "--gguf" => a.gguf = Some(it.next().context("--gguf needs a path")?.clone()),
+            "--self-check" => a.self_check = true,
+            "--llama-only" => a.llama_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -118,11 +167,22 @@ fn real_main() -> Result<()> {
             match what {
                 "quants" => verify::quants::run(&cache, &opts, &mut report)?,
                 "gguf" => verify::gguf::run(&cache, &opts, &mut report)?,
+                "logits" => {
+                    let lo = verify::logits::LogitsOpts {
+                        quick: args.quick,
+                        models: args.models.clone(),
+                        threads: args.threads,
+                        self_check: args.self_check,
+                        gguf: args.gguf.as_ref().map(Into::into),
+                        synth_seed: synth::SEED,
+                    };
+                    verify::logits::run(&cache, &lo, &mut report)?
+                }
                 "all" => {
                     verify::quants::run(&cache, &opts, &mut report)?;
                     verify::gguf::run(&cache, &opts, &mut report)?;
                 }
-                other => bail!("verify what? {other:?} (quants, gguf or all)"),
+                other => bail!("verify what? {other:?} (quants, gguf, logits or all)"),
             }
             print!("{}", report.render());
             let (_, failed, _) = report.counts();
@@ -131,6 +191,37 @@ fn real_main() -> Result<()> {
             }
         }
         "bench-quants" => bench::run(&cache, &opts)?,
+        "bench" => bench_models::run(
+            &cache,
+            &bench_models::BenchOpts {
+                models: args.models.clone(),
+                threads: args.threads,
+                rounds: args.reps,
+                n_prompt: args.n_prompt,
+                n_gen: args.n_gen,
+                md: args.md.as_ref().map(Into::into),
+                llama_only: args.llama_only,
+                gguf: args.gguf.as_ref().map(Into::into),
+            },
+        )?,
+        "synth" => {
+            for arch in if args.positional.is_empty() {
+                synth::ARCHS.iter().map(|s| s.to_string()).collect()
+            } else {
+                args.positional.clone()
+            } {
+                println!("{}", synth::ensure_synth(&cache, &arch, synth::SEED)?.display());
+            }
+        }
+        "requant" => {
+            for ft in if args.positional.is_empty() {
+                requant::FTYPES.iter().map(|s| s.to_string()).collect()
+            } else {
+                args.positional.clone()
+            } {
+                println!("{}", requant::ensure_requant(&ft)?.display());
+            }
+        }
         "cache-dir" => println!("{}", cache.display()),
         "__verify-type" => {
             let id: u32 = args.positional.first().context("__verify-type needs a type id")?.parse()?;

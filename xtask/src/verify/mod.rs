@@ -3,6 +3,7 @@
 
 pub mod gguf;
 pub mod gguf_api;
+pub mod logits;
 pub mod quants;
 
 use std::fmt::Write as _;

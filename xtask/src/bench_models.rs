@@ -1,0 +1,299 @@
+//! `cargo xtask bench`: the engine (`gguf bench`) against `llama-bench`, interleaved on
+//! the same file and thread count, with a ratio table (ours / llama.cpp).
+//!
+//! Each round runs `gguf bench -r 1` and then `llama-bench -r 1` (both pp512 and tg64,
+//! each tool doing its own warm-up), so that drift in machine load hits both sides alike;
+//! the figures are the mean and standard deviation over rounds. Peak RSS is the child's
+//! maximum resident set size from `/usr/bin/time -f %M`, for both tools. llama.cpp's load
+//! time is measured through libllama (model load + context of the same size, page cache
+//! warm), ours is `gguf bench`'s `load_ms`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use serde_json::Value as Json;
+
+use crate::llama::Llama;
+use crate::llama_cpp;
+use crate::verify::logits::{gguf_binary, run_captured, targets, Target};
+
+/// The models of issue 5's speed line.
+pub const DEFAULT_MODELS: &[&str] =
+    &["smollm2", "smollm2-q4_0", "smollm2-q8_0", "smollm2-q4_k_m", "qwen2.5-coder-0.5b"];
+
+/// Options of `cargo xtask bench`.
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    /// Model names or paths (see `verify logits --model`); empty: [`DEFAULT_MODELS`].
+    pub models: Vec<String>,
+    /// Threads, both sides.
+    pub threads: usize,
+    /// Rounds (each runs both tools once).
+    pub rounds: usize,
+    /// Prompt length of the pp test.
+    pub n_prompt: usize,
+    /// Generated tokens of the tg test.
+    pub n_gen: usize,
+    /// Write the markdown table here too.
+    pub md: Option<PathBuf>,
+    /// Only llama.cpp's side (reference numbers before the engine exists).
+    pub llama_only: bool,
+    /// The `gguf` binary (default `target/release/gguf`).
+    pub gguf: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Side {
+    pp: Vec<f64>,
+    tg: Vec<f64>,
+    load_ms: Vec<f64>,
+    peak_rss: u64,
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    let var = if v.len() > 1 { v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64 } else { 0.0 };
+    (m, var.sqrt())
+}
+
+/// Runs `cmd` under `/usr/bin/time -f %M`; returns (stdout, peak RSS bytes).
+fn timed(program: &Path, args: &[String], env: &[(&str, &Path)]) -> Result<(Vec<u8>, u64)> {
+    let rss_file = std::env::temp_dir().join(format!("xtask-bench-rss-{}", std::process::id()));
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(program).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let (ok, stdout, stderr) = run_captured(&mut cmd, Duration::from_secs(1800))?;
+    let rss_kb: u64 = std::fs::read_to_string(&rss_file)
+        .ok()
+        .and_then(|s| s.lines().rev().find_map(|l| l.trim().parse().ok()))
+        .unwrap_or(0);
+    let _ = std::fs::remove_file(&rss_file);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    ensure!(ok, "{} failed: {}", program.display(), lines[lines.len().saturating_sub(3)..].join(" / "));
+    Ok((stdout, rss_kb * 1024))
+}
+
+/// The JSON value printed last on stdout (an object or an array).
+fn last_json(stdout: &[u8]) -> Result<Json> {
+    let text = String::from_utf8_lossy(stdout);
+    let start = text.find(['{', '[']).context("no JSON on stdout")?;
+    serde_json::from_str(text[start..].trim()).context("bad JSON on stdout")
+}
+
+/// (pp tokens/s, tg tokens/s) from a list of `{"n_prompt","n_gen","avg_ts"}` results.
+fn pp_tg(results: &[Json]) -> Result<(f64, f64)> {
+    let find = |pp: bool| {
+        results
+            .iter()
+            .find(|r| {
+                let (np, ng) = (r["n_prompt"].as_u64().unwrap_or(0), r["n_gen"].as_u64().unwrap_or(0));
+                if pp {
+                    np > 0 && ng == 0
+                } else {
+                    np == 0 && ng > 0
+                }
+            })
+            .and_then(|r| r["avg_ts"].as_f64())
+            .with_context(|| format!("no {} result with avg_ts", if pp { "pp" } else { "tg" }))
+    };
+    Ok((find(true)?, find(false)?))
+}
+
+fn llama_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<(f64, f64, u64)> {
+    let args: Vec<String> = vec![
+        "-m".into(),
+        model.display().to_string(),
+        "-t".into(),
+        o.threads.to_string(),
+        "-p".into(),
+        o.n_prompt.to_string(),
+        "-n".into(),
+        o.n_gen.to_string(),
+        "-r".into(),
+        "1".into(),
+        "-o".into(),
+        "json".into(),
+    ];
+    let lib = bin.parent().context("no bin dir")?;
+    let (stdout, rss) = timed(bin, &args, &[("LD_LIBRARY_PATH", lib)])?;
+    let v = last_json(&stdout)?;
+    let arr = v.as_array().context("llama-bench -o json: not an array")?;
+    let (pp, tg) = pp_tg(arr)?;
+    Ok((pp, tg, rss))
+}
+
+fn ours_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<(f64, f64, f64, u64)> {
+    let args: Vec<String> = vec![
+        "bench".into(),
+        "-m".into(),
+        model.display().to_string(),
+        "-t".into(),
+        o.threads.to_string(),
+        "-p".into(),
+        o.n_prompt.to_string(),
+        "-n".into(),
+        o.n_gen.to_string(),
+        "-r".into(),
+        "1".into(),
+        "--json".into(),
+    ];
+    let (stdout, rss) = timed(bin, &args, &[])?;
+    let v = last_json(&stdout)?;
+    let results = v["results"].as_array().context("gguf bench --json: no results array")?;
+    let (pp, tg) = pp_tg(results)?;
+    let load = v["load_ms"].as_f64().unwrap_or(f64::NAN);
+    Ok((pp, tg, load, rss))
+}
+
+/// llama.cpp's load time: model + a context for pp + tg, through libllama.
+fn llama_load_ms(ll: &Llama, model: &Path, o: &BenchOpts) -> Result<f64> {
+    let t = Instant::now();
+    let m = ll.model(model)?;
+    let ctx = m.context((o.n_prompt + o.n_gen) as u32, o.threads as i32)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    drop(ctx);
+    drop(m);
+    Ok(ms)
+}
+
+/// `cargo xtask bench`.
+pub fn run(cache: &Path, o: &BenchOpts) -> Result<()> {
+    let llama_bench = llama_cpp::build_dir(cache).join("bin").join("llama-bench");
+    ensure!(llama_bench.is_file(), "no {}: run `cargo xtask llama-cpp`", llama_bench.display());
+    ensure!(Path::new("/usr/bin/time").is_file(), "/usr/bin/time (GNU time) is needed for peak RSS");
+    let gguf = if o.llama_only { None } else { Some(gguf_binary(o.gguf.as_deref())?) };
+    let ll = Llama::load(cache)?;
+    let names: Vec<String> =
+        if o.models.is_empty() { DEFAULT_MODELS.iter().map(|s| s.to_string()).collect() } else { o.models.clone() };
+    let models = targets(cache, &names, false, crate::synth::SEED)?;
+    let mut rows = Vec::new();
+    for t in &models {
+        eprintln!("== {} ({}), -t {}, {} rounds", t.label, t.path.display(), o.threads, o.rounds);
+        let mut ours = Side::default();
+        let mut theirs = Side::default();
+        for round in 0..o.rounds.max(1) {
+            if let Some(bin) = &gguf {
+                match ours_round(bin, &t.path, o) {
+                    Ok((pp, tg, load, rss)) => {
+                        ours.pp.push(pp);
+                        ours.tg.push(tg);
+                        ours.load_ms.push(load);
+                        ours.peak_rss = ours.peak_rss.max(rss);
+                        eprintln!(
+                            "  round {round}: ours  pp {pp:8.1} t/s  tg {tg:7.2} t/s  load {load:.0} ms  rss {} MiB",
+                            rss >> 20
+                        );
+                    }
+                    Err(e) => eprintln!("  round {round}: ours failed: {e:#}"),
+                }
+            }
+            let (pp, tg, rss) = llama_round(&llama_bench, &t.path, o)?;
+            theirs.pp.push(pp);
+            theirs.tg.push(tg);
+            theirs.peak_rss = theirs.peak_rss.max(rss);
+            theirs.load_ms.push(llama_load_ms(&ll, &t.path, o)?);
+            eprintln!(
+                "  round {round}: llama pp {pp:8.1} t/s  tg {tg:7.2} t/s  load {:.0} ms  rss {} MiB",
+                theirs.load_ms.last().unwrap(),
+                rss >> 20
+            );
+        }
+        rows.push((t.clone(), ours, theirs));
+    }
+    let md = render(&rows, o);
+    print!("{md}");
+    if let Some(path) = &o.md {
+        std::fs::write(path, &md).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if gguf.is_some() && rows.iter().any(|(_, ours, _)| ours.pp.is_empty()) {
+        bail!("gguf bench failed on some models (see above)");
+    }
+    Ok(())
+}
+
+fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
+    let mut s = String::new();
+    let (pp, tg) = (format!("pp{}", o.n_prompt), format!("tg{}", o.n_gen));
+    let _ = writeln!(
+        s,
+        "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, {} interleaved rounds, tokens/s mean ± sd\n",
+        o.threads, o.rounds
+    );
+    let _ = writeln!(
+        s,
+        "| model | file MiB | {pp} ours | {pp} llama.cpp | ratio | {tg} ours | {tg} llama.cpp | ratio | load ms ours / llama.cpp | peak RSS MiB ours / llama.cpp |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let fmt = |v: &[f64]| {
+        let (m, sd) = mean_sd(v);
+        if m.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{m:.1} ± {sd:.1}")
+        }
+    };
+    let ratio = |a: &[f64], b: &[f64]| {
+        let r = mean_sd(a).0 / mean_sd(b).0;
+        if r.is_finite() {
+            format!("{r:.2}×")
+        } else {
+            "-".into()
+        }
+    };
+    for (t, ours, theirs) in rows {
+        let size = std::fs::metadata(&t.path).map(|m| m.len() as f64 / 1048576.0).unwrap_or(f64::NAN);
+        let rss = |b: u64| if b == 0 { "-".to_string() } else { format!("{:.0}", b as f64 / 1048576.0) };
+        let _ = writeln!(
+            s,
+            "| {} | {size:.0} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {} / {} |",
+            t.label,
+            fmt(&ours.pp),
+            fmt(&theirs.pp),
+            ratio(&ours.pp, &theirs.pp),
+            fmt(&ours.tg),
+            fmt(&theirs.tg),
+            ratio(&ours.tg, &theirs.tg),
+            mean_sd(&ours.load_ms).0,
+            mean_sd(&theirs.load_ms).0,
+            rss(ours.peak_rss),
+            rss(theirs.peak_rss),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pp_tg_picks_the_right_rows() {
+        let v: Json = serde_json::from_str(
+            r#"[{"n_prompt":512,"n_gen":0,"avg_ts":100.5},{"n_prompt":0,"n_gen":64,"avg_ts":20.25}]"#,
+        )
+        .unwrap();
+        assert_eq!(pp_tg(v.as_array().unwrap()).unwrap(), (100.5, 20.25));
+        assert!(pp_tg(&v.as_array().unwrap()[..1]).is_err());
+    }
+
+    #[test]
+    fn mean_sd_of_samples() {
+        let (m, sd) = mean_sd(&[1.0, 2.0, 3.0]);
+        assert!((m - 2.0).abs() < 1e-12 && (sd - 1.0).abs() < 1e-12);
+        assert!(mean_sd(&[]).0.is_nan());
+    }
+
+    #[test]
+    fn last_json_skips_leading_text() {
+        assert_eq!(last_json(b"loading...\n{\"a\":1}\n").unwrap()["a"], 1);
+    }
+}

@@ -1,0 +1,535 @@
+//! The model oracle: llama.cpp's `libllama.so`, loaded at run time with `libloading`
+//! (the same pattern as [`crate::ggml`] for libggml-base).
+//!
+//! What `verify logits` needs and no more: load a model, tokenize the way
+//! `llama-completion` does, decode a batch with logits at every position, and greedy
+//! generation (argmax, stop at end-of-generation tokens).
+//!
+//! The by-value structs `llama_model_params`, `llama_context_params` and `llama_batch` are
+//! declared below field for field from `include/llama.h`; [`Llama::load`] checks that the
+//! header of the source tree declares exactly these fields in this order, and the sizes
+//! are asserted at compile time (x86-64 / aarch64 layout). Every value is taken from
+//! llama.cpp's own `llama_*_default_params()`; only named fields are changed.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use libloading::Library;
+
+use crate::llama_cpp;
+
+/// `llama_token`.
+pub type Token = i32;
+
+/// `struct llama_model_params` (`include/llama.h`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ModelParams {
+    devices: *mut c_void,
+    tensor_buft_overrides: *const c_void,
+    n_gpu_layers: i32,
+    split_mode: c_int,
+    load_mode: c_int,
+    lazy_mode: c_int,
+    main_gpu: i32,
+    tensor_split: *const f32,
+    progress_callback: *const c_void,
+    progress_callback_user_data: *mut c_void,
+    kv_overrides: *const c_void,
+    vocab_only: bool,
+    check_tensors: bool,
+    use_extra_bufts: bool,
+    no_host: bool,
+    no_alloc: bool,
+    load_mtp: bool,
+}
+
+const MODEL_PARAMS_FIELDS: &[&str] = &[
+    "devices",
+    "tensor_buft_overrides",
+    "n_gpu_layers",
+    "split_mode",
+    "load_mode",
+    "lazy_mode",
+    "main_gpu",
+    "tensor_split",
+    "progress_callback",
+    "progress_callback_user_data",
+    "kv_overrides",
+    "vocab_only",
+    "check_tensors",
+    "use_extra_bufts",
+    "no_host",
+    "no_alloc",
+    "load_mtp",
+];
+
+/// `struct llama_context_params` (`include/llama.h`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ContextParams {
+    n_ctx: u32,
+    n_batch: u32,
+    n_ubatch: u32,
+    n_seq_max: u32,
+    n_rs_seq: u32,
+    n_outputs_max: u32,
+    n_outputs_max_per_seq: u32,
+    n_threads: i32,
+    n_threads_batch: i32,
+    ctx_type: c_int,
+    rope_scaling_type: c_int,
+    pooling_type: c_int,
+    attention_type: c_int,
+    flash_attn_type: c_int,
+    rope_freq_base: f32,
+    rope_freq_scale: f32,
+    yarn_ext_factor: f32,
+    yarn_attn_factor: f32,
+    yarn_beta_fast: f32,
+    yarn_beta_slow: f32,
+    yarn_orig_ctx: u32,
+    defrag_thold: f32,
+    cb_eval: *const c_void,
+    cb_eval_user_data: *mut c_void,
+    type_k: c_int,
+    type_v: c_int,
+    abort_callback: *const c_void,
+    abort_callback_data: *mut c_void,
+    embeddings: bool,
+    offload_kqv: bool,
+    no_perf: bool,
+    op_offload: bool,
+    swa_full: bool,
+    kv_unified: bool,
+    samplers: *mut c_void,
+    n_samplers: usize,
+    ctx_other: *mut c_void,
+}
+
+const CONTEXT_PARAMS_FIELDS: &[&str] = &[
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_seq_max",
+    "n_rs_seq",
+    "n_outputs_max",
+    "n_outputs_max_per_seq",
+    "n_threads",
+    "n_threads_batch",
+    "ctx_type",
+    "rope_scaling_type",
+    "pooling_type",
+    "attention_type",
+    "flash_attn_type",
+    "rope_freq_base",
+    "rope_freq_scale",
+    "yarn_ext_factor",
+    "yarn_attn_factor",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_orig_ctx",
+    "defrag_thold",
+    "cb_eval",
+    "cb_eval_user_data",
+    "type_k",
+    "type_v",
+    "abort_callback",
+    "abort_callback_data",
+    "embeddings",
+    "offload_kqv",
+    "no_perf",
+    "op_offload",
+    "swa_full",
+    "kv_unified",
+    "samplers",
+    "n_samplers",
+    "ctx_other",
+];
+
+/// `struct llama_batch` (`include/llama.h`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Batch {
+    n_tokens: i32,
+    token: *mut Token,
+    embd: *mut f32,
+    pos: *mut i32,
+    n_seq_id: *mut i32,
+    seq_id: *mut *mut i32,
+    logits: *mut i8,
+}
+
+const BATCH_FIELDS: &[&str] = &["n_tokens", "token", "embd", "pos", "n_seq_id", "seq_id", "logits"];
+
+// Sizes measured with the C compiler against this llama.h (LP64).
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::size_of::<ModelParams>() == 80);
+    assert!(std::mem::size_of::<ContextParams>() == 160);
+    assert!(std::mem::size_of::<Batch>() == 56);
+};
+
+type LogCallback = unsafe extern "C" fn(level: c_int, text: *const c_char, user: *mut c_void);
+
+macro_rules! llama_fns {
+    ($($name:ident : $ty:ty;)*) => {
+        /// The `llama_*` entry points used here (`include/llama.h`).
+        #[allow(non_snake_case)]
+        struct Fns { $($name: $ty,)* }
+
+        impl Fns {
+            /// # Safety
+            /// `lib` must be libllama of the llama.cpp whose `llama.h` declares these
+            /// functions with these signatures.
+            unsafe fn load(lib: &Library) -> Result<Self> {
+                Ok(Self { $($name: {
+                    // SAFETY: the signature matches llama.h (see the caller's contract).
+                    let sym: libloading::Symbol<$ty> = unsafe { lib.get(concat!(stringify!($name), "\0").as_bytes()) }
+                        .with_context(|| concat!("libllama.so lacks ", stringify!($name)))?;
+                    *sym
+                },)* })
+            }
+        }
+    };
+}
+
+llama_fns! {
+    llama_backend_init: unsafe extern "C" fn();
+    llama_log_set: unsafe extern "C" fn(Option<LogCallback>, *mut c_void);
+    llama_model_default_params: unsafe extern "C" fn() -> ModelParams;
+    llama_context_default_params: unsafe extern "C" fn() -> ContextParams;
+    llama_model_load_from_file: unsafe extern "C" fn(*const c_char, ModelParams) -> *mut c_void;
+    llama_model_free: unsafe extern "C" fn(*mut c_void);
+    llama_init_from_model: unsafe extern "C" fn(*mut c_void, ContextParams) -> *mut c_void;
+    llama_free: unsafe extern "C" fn(*mut c_void);
+    llama_n_ctx: unsafe extern "C" fn(*const c_void) -> u32;
+    llama_model_get_vocab: unsafe extern "C" fn(*const c_void) -> *const c_void;
+    llama_vocab_n_tokens: unsafe extern "C" fn(*const c_void) -> i32;
+    llama_vocab_is_eog: unsafe extern "C" fn(*const c_void, Token) -> bool;
+    llama_vocab_bos: unsafe extern "C" fn(*const c_void) -> Token;
+    llama_tokenize: unsafe extern "C" fn(*const c_void, *const c_char, i32, *mut Token, i32, bool, bool) -> i32;
+    llama_get_memory: unsafe extern "C" fn(*const c_void) -> *mut c_void;
+    llama_memory_clear: unsafe extern "C" fn(*mut c_void, bool);
+    llama_batch_init: unsafe extern "C" fn(i32, i32, i32) -> Batch;
+    llama_batch_free: unsafe extern "C" fn(Batch);
+    llama_decode: unsafe extern "C" fn(*mut c_void, Batch) -> i32;
+    llama_get_logits_ith: unsafe extern "C" fn(*mut c_void, i32) -> *mut f32;
+}
+
+/// Swallows llama.cpp's log output (set `XTASK_LLAMA_LOG=1` to keep it).
+unsafe extern "C" fn quiet_log(_level: c_int, _text: *const c_char, _user: *mut c_void) {}
+
+/// `<cache>/llama.cpp-build/bin/libllama.so`.
+pub fn libllama(cache: &Path) -> PathBuf {
+    llama_cpp::build_dir(cache).join("bin").join("libllama.so")
+}
+
+/// The field names of `struct <name> { ... };` in a C header, in order.
+fn header_struct_fields(header: &str, open: &str) -> Option<Vec<String>> {
+    let start = header.find(open)? + open.len();
+    let body = &header[start..];
+    // The bodies have no nested braces: the first `}` closes them (`};` or `} name;`).
+    let body = &body[..body.find('}')?];
+    let mut fields = Vec::new();
+    for line in body.lines() {
+        let code = line.split("//").next().unwrap_or("").trim();
+        let Some(decl) = code.strip_suffix(';') else { continue };
+        let name: String =
+            decl.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("").to_string();
+        if !name.is_empty() {
+            fields.push(name);
+        }
+    }
+    Some(fields)
+}
+
+fn check_header(src: &Path) -> Result<()> {
+    let path = src.join("include").join("llama.h");
+    let header = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    for (open, ours) in [
+        ("struct llama_model_params {", MODEL_PARAMS_FIELDS),
+        ("struct llama_context_params {", CONTEXT_PARAMS_FIELDS),
+        ("typedef struct llama_batch {", BATCH_FIELDS),
+    ] {
+        let theirs =
+            header_struct_fields(&header, open).with_context(|| format!("{} declares no `{open}`", path.display()))?;
+        ensure!(
+            theirs.iter().map(String::as_str).eq(ours.iter().copied()),
+            "{}: `{open}` has fields {theirs:?}, xtask's FFI declares {ours:?}: update xtask/src/llama.rs",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// libllama, loaded.
+pub struct Llama {
+    fns: Fns,
+    _lib: Library,
+}
+
+impl Llama {
+    /// Loads `libllama.so` from the cached llama.cpp build, after checking the struct
+    /// layouts against the header of its source tree.
+    pub fn load(cache: &Path) -> Result<Llama> {
+        let path = libllama(cache);
+        ensure!(path.is_file(), "no {}: run `cargo xtask llama-cpp` first", path.display());
+        check_header(&llama_cpp::src_dir(cache))?;
+        // SAFETY: loading the library runs its constructors (ggml backend registration),
+        // which have no preconditions.
+        let lib = unsafe { Library::new(&path) }.with_context(|| format!("loading {}", path.display()))?;
+        // SAFETY: the library is libllama of the source tree whose header was checked above.
+        let fns = unsafe { Fns::load(&lib)? };
+        // SAFETY: plain initialisation calls; the callback has the ggml_log_callback signature.
+        unsafe {
+            (fns.llama_backend_init)();
+            if std::env::var_os("XTASK_LLAMA_LOG").is_none() {
+                (fns.llama_log_set)(Some(quiet_log), std::ptr::null_mut());
+            }
+        }
+        Ok(Llama { fns, _lib: lib })
+    }
+
+    /// Loads a model on the CPU (llama.cpp's default parameters, mmap, no GPU layers).
+    pub fn model(&self, path: &Path) -> Result<Model<'_>> {
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes()).context("model path has a NUL byte")?;
+        // SAFETY: by-value struct with the checked layout.
+        let mut params = unsafe { (self.fns.llama_model_default_params)() };
+        params.n_gpu_layers = 0;
+        // SAFETY: a valid C string and parameters from llama.cpp's defaults.
+        let ptr = unsafe { (self.fns.llama_model_load_from_file)(cpath.as_ptr(), params) };
+        ensure!(!ptr.is_null(), "llama.cpp could not load {} (XTASK_LLAMA_LOG=1 shows why)", path.display());
+        // SAFETY: a live model.
+        let vocab = unsafe { (self.fns.llama_model_get_vocab)(ptr) };
+        // SAFETY: a live vocab.
+        let n_vocab = unsafe { (self.fns.llama_vocab_n_tokens)(vocab) };
+        ensure!(n_vocab > 0, "{}: vocabulary of {n_vocab} tokens", path.display());
+        Ok(Model { ll: self, ptr, vocab, n_vocab: n_vocab as usize })
+    }
+}
+
+/// A loaded model.
+pub struct Model<'a> {
+    ll: &'a Llama,
+    ptr: *mut c_void,
+    vocab: *const c_void,
+    n_vocab: usize,
+}
+
+impl Drop for Model<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the model is live and every context borrowing it has been dropped.
+        unsafe { (self.ll.fns.llama_model_free)(self.ptr) }
+    }
+}
+
+impl<'a> Model<'a> {
+    /// The vocabulary size (the row length of the logits).
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Whether `token` ends generation (`llama_vocab_is_eog`).
+    pub fn is_eog(&self, token: Token) -> bool {
+        // SAFETY: a live vocab; any id is accepted (out-of-range ids are not EOG).
+        token >= 0 && (token as usize) < self.n_vocab && unsafe { (self.ll.fns.llama_vocab_is_eog)(self.vocab, token) }
+    }
+
+    /// Tokenizes `text` as `llama-completion` does its prompt: `add_special` (BOS where the
+    /// vocab asks for it) and `parse_special` (control tokens written in the text) both on;
+    /// an empty result gets the BOS token, as there.
+    pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<Token>> {
+        let mut toks = self.tokenize(text, true, true)?;
+        if toks.is_empty() {
+            // SAFETY: a live vocab.
+            toks.push(unsafe { (self.ll.fns.llama_vocab_bos)(self.vocab) });
+        }
+        Ok(toks)
+    }
+
+    /// `llama_tokenize`.
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<Token>> {
+        let len = i32::try_from(text.len()).context("text longer than 2 GiB")?;
+        let mut out = vec![0 as Token; text.len() + 8];
+        for _ in 0..2 {
+            // SAFETY: `text` is valid for `len` bytes, `out` for `out.len()` tokens.
+            let n = unsafe {
+                (self.ll.fns.llama_tokenize)(
+                    self.vocab,
+                    text.as_ptr().cast(),
+                    len,
+                    out.as_mut_ptr(),
+                    out.len() as i32,
+                    add_special,
+                    parse_special,
+                )
+            };
+            if n >= 0 {
+                out.truncate(n as usize);
+                return Ok(out);
+            }
+            ensure!(n != i32::MIN, "tokenizing {} bytes overflowed", text.len());
+            out.resize((-n) as usize, 0);
+        }
+        bail!("llama_tokenize kept asking for a larger buffer")
+    }
+
+    /// A context for `n_ctx` positions on `n_threads` threads (prompt and generation).
+    pub fn context(&self, n_ctx: u32, n_threads: i32) -> Result<Context<'_, 'a>> {
+        // SAFETY: by-value struct with the checked layout.
+        let mut p = unsafe { (self.ll.fns.llama_context_default_params)() };
+        p.n_ctx = n_ctx;
+        p.n_batch = n_ctx;
+        p.n_threads = n_threads;
+        p.n_threads_batch = n_threads;
+        p.no_perf = true;
+        // SAFETY: a live model and parameters from llama.cpp's defaults.
+        let ptr = unsafe { (self.ll.fns.llama_init_from_model)(self.ptr, p) };
+        ensure!(!ptr.is_null(), "llama_init_from_model failed (n_ctx {n_ctx})");
+        // SAFETY: a live context.
+        let got = unsafe { (self.ll.fns.llama_n_ctx)(ptr) };
+        Ok(Context { model: self, ptr, n_ctx: got })
+    }
+}
+
+/// A llama.cpp context (KV cache) on one sequence.
+pub struct Context<'m, 'a> {
+    model: &'m Model<'a>,
+    ptr: *mut c_void,
+    n_ctx: u32,
+}
+
+impl Drop for Context<'_, '_> {
+    fn drop(&mut self) {
+        // SAFETY: a live context, freed once.
+        unsafe { (self.model.ll.fns.llama_free)(self.ptr) }
+    }
+}
+
+impl Context<'_, '_> {
+    fn fns(&self) -> &Fns {
+        &self.model.ll.fns
+    }
+
+    /// Empties the KV cache.
+    pub fn clear(&mut self) {
+        // SAFETY: a live context; its memory pointer is owned by it.
+        unsafe {
+            let mem = (self.fns().llama_get_memory)(self.ptr);
+            if !mem.is_null() {
+                (self.fns().llama_memory_clear)(mem, true);
+            }
+        }
+    }
+
+    /// Decodes `tokens` at positions `pos0..` in one batch; `want(i)` says which
+    /// positions get logits. Returns those rows, in order.
+    fn decode(&mut self, tokens: &[Token], pos0: usize, all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        ensure!(!tokens.is_empty(), "decode of zero tokens");
+        ensure!(
+            pos0 + tokens.len() <= self.n_ctx as usize,
+            "{} positions do not fit the context of {}",
+            pos0 + tokens.len(),
+            self.n_ctx
+        );
+        let n_vocab = self.model.n_vocab as i32;
+        for &t in tokens {
+            ensure!((0..n_vocab).contains(&t), "token {t} outside the vocabulary of {n_vocab}");
+        }
+        let n = tokens.len() as i32;
+        // SAFETY: allocates n entries of each array (token, pos, n_seq_id, seq_id[i][1], logits).
+        let batch = unsafe { (self.fns().llama_batch_init)(n, 0, 1) };
+        // SAFETY: every array has n entries, seq_id[i] one each (llama_batch_init's contract).
+        unsafe {
+            for (i, &t) in tokens.iter().enumerate() {
+                *batch.token.add(i) = t;
+                *batch.pos.add(i) = (pos0 + i) as i32;
+                *batch.n_seq_id.add(i) = 1;
+                *(*batch.seq_id.add(i)) = 0;
+                *batch.logits.add(i) = i8::from(all_logits || i + 1 == tokens.len());
+            }
+        }
+        let mut b = batch;
+        b.n_tokens = n;
+        // SAFETY: a live context and a filled batch.
+        let rc = unsafe { (self.fns().llama_decode)(self.ptr, b) };
+        let mut rows = Vec::new();
+        if rc == 0 {
+            let first = if all_logits { 0 } else { n - 1 };
+            for i in first..n {
+                // SAFETY: position i was marked for output; the row has n_vocab floats valid until the next decode.
+                let p = unsafe { (self.fns().llama_get_logits_ith)(self.ptr, i) };
+                if p.is_null() {
+                    break;
+                }
+                // SAFETY: see above.
+                rows.push(unsafe { std::slice::from_raw_parts(p, n_vocab as usize) }.to_vec());
+            }
+        }
+        // SAFETY: allocated by llama_batch_init above, freed once.
+        unsafe { (self.fns().llama_batch_free)(batch) };
+        ensure!(rc == 0, "llama_decode returned {rc}");
+        ensure!(rows.len() == if all_logits { tokens.len() } else { 1 }, "llama_get_logits_ith returned null");
+        Ok(rows)
+    }
+
+    /// Logits at every position of `tokens`, decoded from an empty cache in one batch
+    /// (`[n_tokens][n_vocab]`, row-major).
+    pub fn logits_all(&mut self, tokens: &[Token]) -> Result<Vec<f32>> {
+        self.clear();
+        let rows = self.decode(tokens, 0, true)?;
+        Ok(rows.concat())
+    }
+
+    /// Greedy generation from an empty cache: the prompt in one batch, then one token at a
+    /// time, each the first index of the largest logit; stops after `n` tokens or at an
+    /// end-of-generation token (which is included, as `gguf run --json` reports it).
+    pub fn greedy(&mut self, prompt: &[Token], n: usize) -> Result<Vec<Token>> {
+        self.clear();
+        let mut out = Vec::with_capacity(n);
+        let mut last = self.decode(prompt, 0, false)?.pop().unwrap_or_default();
+        let mut pos = prompt.len();
+        while out.len() < n {
+            let tok = argmax(&last) as Token;
+            out.push(tok);
+            if self.model.is_eog(tok) || out.len() == n {
+                break;
+            }
+            last = self.decode(&[tok], pos, false)?.pop().unwrap_or_default();
+            pos += 1;
+        }
+        Ok(out)
+    }
+}
+
+/// The index of the first largest value (NaN never wins).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] || v[best].is_nan() {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_parser_reads_fields_in_order() {
+        let h = "struct foo {\n  int a; // x\n  const char * b;\n\n  // c;\n  bool d;\n};\n";
+        assert_eq!(header_struct_fields(h, "struct foo {").unwrap(), ["a", "b", "d"]);
+        let t = "typedef struct bar {\n  int32_t n;\n  int8_t * logits; // y\n} bar;\nstruct z { int q; };";
+        assert_eq!(header_struct_fields(t, "typedef struct bar {").unwrap(), ["n", "logits"]);
+    }
+
+    #[test]
+    fn argmax_takes_first_max() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 0.5]), 1);
+    }
+}
