@@ -1,2 +1,38 @@
-//! The architecture registry, forward passes and generation. Filled by the engine issue.
+//! Architectures, forward passes, KV cache and sampling for GGUF models.
+//!
+//! Architectures register themselves by `general.architecture` (an
+//! `inventory::submit!` of a [`registry::Architecture`]); [`load`] opens a file and
+//! dispatches. The built-in ones (llama, qwen2, qwen3, qwen3moe, gemma3) share
+//! [`transformer::Transformer`], differing only in their [`transformer::Spec`]. Weights
+//! stay quantized in the file's mmap; `quant_kernels` computes on them in place.
 #![deny(missing_docs)]
+
+mod arch;
+mod error;
+pub mod hparams;
+pub mod kv_cache;
+pub mod loader;
+pub mod model;
+pub mod registry;
+pub mod rope;
+pub mod sampling;
+pub mod transformer;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use error::{Error, Result};
+pub use kv_cache::CacheType;
+pub use model::{Logits, Model, State, StateOptions};
+pub use registry::{architectures, Architecture};
+pub use sampling::{Sampler, SamplerParams};
+
+/// Re-exported for architectures registered from other crates.
+pub use inventory;
+
+/// Maps a GGUF file and loads the model it holds.
+pub fn load(path: impl AsRef<Path>) -> Result<(Arc<gguf_format::GgufFile>, Box<dyn Model>)> {
+    let file = Arc::new(gguf_format::GgufFile::open(path)?);
+    let model = registry::load(file.clone())?;
+    Ok((file, model))
+}

@@ -1,0 +1,8 @@
+//! `qwen2`: Qwen2 / Qwen2.5 — NeoX rope, Q/K/V biases (loaded when present), untied output.
+
+use crate::registry::Architecture;
+use crate::rope::RopeMode;
+
+inventory::submit! {
+    Architecture { name: "qwen2", load: |file| super::load_with(file, "qwen2", RopeMode::Neox, |_, _, _| Ok(())) }
+}

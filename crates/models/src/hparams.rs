@@ -1,0 +1,156 @@
+//! Hyperparameters shared by the decoder-only transformer family, read as llama.cpp's
+//! `llama_model::load_hparams` reads them.
+
+use crate::loader::Loader;
+use crate::rope::{yarn_corr_dims, Rope, RopeMode};
+use crate::{Error, Result};
+
+/// Common transformer hyperparameters.
+#[derive(Debug, Clone)]
+pub struct Hparams {
+    /// Blocks.
+    pub n_layer: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads.
+    pub n_head_kv: usize,
+    /// Key head width.
+    pub head_k: usize,
+    /// Value head width.
+    pub head_v: usize,
+    /// Rotated dims.
+    pub n_rot: usize,
+    /// FFN width per layer (0 where a layer has only experts).
+    pub n_ff: Vec<usize>,
+    /// Training context.
+    pub n_ctx_train: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Rope base frequency.
+    pub rope_base: f32,
+    /// 1 / rope linear scale factor.
+    pub rope_freq_scale: f32,
+    /// `yarn` scaling in use.
+    pub rope_yarn: bool,
+    /// YaRN's original context.
+    pub n_ctx_orig: u32,
+    /// YaRN log multiplier (`rope.scaling.yarn_log_multiplier`).
+    pub rope_yarn_log_mul: f32,
+    /// `rope.scaling.attn_factor`.
+    pub rope_attn_factor: f32,
+    /// Experts (0 = dense).
+    pub n_expert: usize,
+    /// Experts used per token.
+    pub n_expert_used: usize,
+    /// Width of one expert's FFN.
+    pub n_ff_exp: usize,
+    /// Scale applied to expert weights (0 or 1 = none).
+    pub expert_weights_scale: f32,
+}
+
+impl Hparams {
+    /// Reads the keys every decoder architecture shares.
+    pub fn read(ld: &Loader<'_>) -> Result<Hparams> {
+        let n_layer = ld.u32("block_count")? as usize;
+        if n_layer == 0 || n_layer > 4096 {
+            return Err(Error::BadKey { key: ld.key("block_count"), msg: format!("{n_layer} layers") });
+        }
+        let n_embd = ld.u32("embedding_length")? as usize;
+        let heads = ld
+            .opt_u32_per_layer("attention.head_count", n_layer)?
+            .ok_or_else(|| Error::MissingKey(ld.key("attention.head_count")))?;
+        let heads_kv = ld.opt_u32_per_layer("attention.head_count_kv", n_layer)?.unwrap_or_else(|| heads.clone());
+        let n_head = heads[0] as usize;
+        let n_head_kv = heads_kv[0] as usize;
+        if heads.iter().any(|&h| h as usize != n_head) || heads_kv.iter().any(|&h| h as usize != n_head_kv) {
+            return Err(Error::Unsupported("per-layer head counts are not supported yet".into()));
+        }
+        if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
+            return Err(Error::Invalid(format!("{n_head} query heads and {n_head_kv} KV heads")));
+        }
+        let head_k = ld.opt_u32("attention.key_length")?.map_or(n_embd / n_head, |v| v as usize);
+        let head_v = ld.opt_u32("attention.value_length")?.map_or(n_embd / n_head, |v| v as usize);
+        let n_rot = ld.opt_u32("rope.dimension_count")?.map_or(head_k, |v| v as usize);
+        if head_k == 0 || head_v == 0 || n_rot > head_k || n_rot % 2 != 0 {
+            return Err(Error::Invalid(format!("head widths k={head_k} v={head_v}, rope dims {n_rot}")));
+        }
+        let n_ff = ld.opt_u32_per_layer("feed_forward_length", n_layer)?.unwrap_or_else(|| vec![0; n_layer]);
+        let n_ctx_train = ld.opt_u32("context_length")?.unwrap_or(2048) as usize;
+        let rms_eps = ld.f32("attention.layer_norm_rms_epsilon")?;
+        let rope_base = ld.opt_f32("rope.freq_base")?.unwrap_or(10000.0);
+        let scaling = ld.opt_str("rope.scaling.type")?.unwrap_or("linear");
+        let rope_yarn = match scaling {
+            "none" | "linear" => false,
+            "yarn" => true,
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "rope scaling `{other}` is not supported (supported: none, linear, yarn)"
+                )))
+            }
+        };
+        let factor = match ld.opt_f32("rope.scaling.factor")? {
+            Some(f) => f,
+            None => ld.opt_f32("rope.scale_linear")?.unwrap_or(0.0),
+        };
+        let rope_freq_scale = if scaling == "none" || factor == 0.0 { 1.0 } else { 1.0 / factor };
+        let n_ctx_orig = ld.opt_u32("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train as u32);
+        let n_expert = ld.opt_u32("expert_count")?.unwrap_or(0) as usize;
+        let n_expert_used = ld.opt_u32("expert_used_count")?.unwrap_or(0) as usize;
+        if n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0) {
+            return Err(Error::Invalid(format!("{n_expert_used} of {n_expert} experts used per token")));
+        }
+        let n_ff_exp = ld.opt_u32("expert_feed_forward_length")?.map_or(0, |v| v as usize);
+        Ok(Hparams {
+            n_layer,
+            n_embd,
+            n_head,
+            n_head_kv,
+            head_k,
+            head_v,
+            n_rot,
+            n_ff: n_ff.into_iter().map(|v| v as usize).collect(),
+            n_ctx_train,
+            rms_eps,
+            rope_base,
+            rope_freq_scale,
+            rope_yarn,
+            n_ctx_orig,
+            rope_yarn_log_mul: ld.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0),
+            rope_attn_factor: ld.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
+            expert_weights_scale: ld.opt_f32("expert_weights_scale")?.unwrap_or(0.0),
+        })
+    }
+
+    /// The rope of a layer with base `freq_base` and scale `freq_scale`, with llama.cpp's
+    /// context-time YaRN settings (`llama_context` constructor).
+    pub fn rope(&self, mode: RopeMode, freq_base: f32, freq_scale: f32, freq_factors: Option<Vec<f32>>) -> Rope {
+        let ext_factor = if self.rope_yarn { 1.0 } else { 0.0 };
+        let mut attn_factor = 1.0f32;
+        if ext_factor != 0.0 {
+            let get_mscale = |scale: f32, mscale: f32| if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 };
+            let factor = 1.0 / freq_scale;
+            attn_factor = if self.rope_yarn_log_mul != 0.0 {
+                get_mscale(factor, 1.0) / get_mscale(factor, self.rope_yarn_log_mul)
+            } else {
+                get_mscale(factor, 1.0)
+            };
+            attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+        }
+        attn_factor *= self.rope_attn_factor;
+        Rope {
+            mode,
+            n_rot: self.n_rot,
+            freq_base,
+            freq_scale,
+            ext_factor,
+            attn_factor,
+            corr_dims: yarn_corr_dims(self.n_rot, self.n_ctx_orig, freq_base, 32.0, 1.0),
+            freq_factors,
+        }
+    }
+}

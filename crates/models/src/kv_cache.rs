@@ -1,0 +1,227 @@
+//! The KV cache: per layer, one row per position holding every KV head, stored as F16
+//! (llama.cpp's default) or Q8_0 (`--cache-type-k/v q8_0`).
+
+use half::f16;
+
+use crate::{Error, Result};
+
+/// Element type of a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheType {
+    /// IEEE half.
+    F16,
+    /// F32 (for checks).
+    F32,
+    /// ggml Q8_0 blocks of 32.
+    Q8_0,
+}
+
+impl CacheType {
+    /// Parses a llama.cpp `--cache-type-*` value.
+    pub fn parse(s: &str) -> Result<CacheType> {
+        match s {
+            "f16" => Ok(CacheType::F16),
+            "f32" => Ok(CacheType::F32),
+            "q8_0" => Ok(CacheType::Q8_0),
+            _ => Err(Error::Unsupported(format!("unsupported cache type `{s}` (supported: f16, f32, q8_0)"))),
+        }
+    }
+}
+
+const Q8_BLOCK: usize = 32;
+const Q8_BYTES: usize = 34;
+
+/// One layer's K or V storage: `n_ctx` rows of `width` elements.
+#[derive(Debug)]
+pub enum CacheRows {
+    /// Half floats.
+    F16(Vec<f16>),
+    /// Full floats.
+    F32(Vec<f32>),
+    /// Q8_0 bytes.
+    Q8_0(Vec<u8>),
+}
+
+/// A cache matrix with fixed row width.
+#[derive(Debug)]
+pub struct CacheMatrix {
+    width: usize,
+    rows: CacheRows,
+}
+
+impl CacheMatrix {
+    /// Storage for `n_ctx` rows of `width`; Q8_0 needs `width % 32 == 0`.
+    pub fn new(ty: CacheType, n_ctx: usize, width: usize) -> Result<CacheMatrix> {
+        let n = n_ctx.checked_mul(width).ok_or_else(|| Error::Invalid("KV cache size overflows".into()))?;
+        let rows = match ty {
+            CacheType::F16 => CacheRows::F16(vec![f16::ZERO; n]),
+            CacheType::F32 => CacheRows::F32(vec![0.0; n]),
+            CacheType::Q8_0 => {
+                if !width.is_multiple_of(Q8_BLOCK) {
+                    return Err(Error::Unsupported(format!(
+                        "q8_0 cache needs a row width that is a multiple of 32 (this model: {width})"
+                    )));
+                }
+                CacheRows::Q8_0(vec![0; n / Q8_BLOCK * Q8_BYTES])
+            }
+        };
+        Ok(CacheMatrix { width, rows })
+    }
+
+    /// The element type.
+    pub fn cache_type(&self) -> CacheType {
+        match &self.rows {
+            CacheRows::F16(_) => CacheType::F16,
+            CacheRows::F32(_) => CacheType::F32,
+            CacheRows::Q8_0(_) => CacheType::Q8_0,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        match &self.rows {
+            CacheRows::F16(v) => v.len() * 2,
+            CacheRows::F32(v) => v.len() * 4,
+            CacheRows::Q8_0(v) => v.len(),
+        }
+    }
+
+    /// Stores row `pos`.
+    pub fn write(&mut self, pos: usize, x: &[f32]) {
+        let w = self.width;
+        match &mut self.rows {
+            CacheRows::F16(v) => {
+                for (d, s) in v[pos * w..(pos + 1) * w].iter_mut().zip(x) {
+                    *d = f16::from_f32(*s);
+                }
+            }
+            CacheRows::F32(v) => v[pos * w..(pos + 1) * w].copy_from_slice(x),
+            CacheRows::Q8_0(v) => {
+                let rb = w / Q8_BLOCK * Q8_BYTES;
+                let dst = &mut v[pos * rb..(pos + 1) * rb];
+                let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is a built-in type");
+                q8.quantize_ref(x, dst).expect("row width is a multiple of 32");
+            }
+        }
+    }
+
+    /// Dot product of `q` (length `len`) with the slice `[off, off+len)` of row `pos`.
+    /// For F16 rows `q` must already be rounded to f16 (as ggml does for F16 K).
+    #[inline]
+    pub fn dot(&self, pos: usize, off: usize, q: &[f32], scratch: &mut [f32]) -> f32 {
+        let w = self.width;
+        let base = pos * w + off;
+        match &self.rows {
+            CacheRows::F16(v) => quant_kernels::ops::dot_f16_f32(&v[base..base + q.len()], q),
+            CacheRows::F32(v) => quant_kernels::ops::dot_f32(&v[base..base + q.len()], q),
+            CacheRows::Q8_0(_) => {
+                self.read(pos, off, &mut scratch[..q.len()]);
+                quant_kernels::ops::dot_f32(&scratch[..q.len()], q)
+            }
+        }
+    }
+
+    /// `y += a * row[pos][off..off+y.len()]`.
+    #[inline]
+    pub fn axpy(&self, pos: usize, off: usize, a: f32, y: &mut [f32], scratch: &mut [f32]) {
+        let base = pos * self.width + off;
+        match &self.rows {
+            CacheRows::F16(v) => quant_kernels::ops::axpy_f16(y, a, &v[base..base + y.len()]),
+            CacheRows::F32(v) => quant_kernels::ops::axpy_f32(y, a, &v[base..base + y.len()]),
+            CacheRows::Q8_0(_) => {
+                let n = y.len();
+                self.read(pos, off, &mut scratch[..n]);
+                for (d, s) in y.iter_mut().zip(&scratch[..n]) {
+                    *d += a * s;
+                }
+            }
+        }
+    }
+
+    /// Decodes `out.len()` elements of row `pos` starting at `off` (a multiple of 32 for Q8_0).
+    pub fn read(&self, pos: usize, off: usize, out: &mut [f32]) {
+        let w = self.width;
+        match &self.rows {
+            CacheRows::F16(v) => {
+                for (d, s) in out.iter_mut().zip(&v[pos * w + off..]) {
+                    *d = s.to_f32();
+                }
+            }
+            CacheRows::F32(v) => out.copy_from_slice(&v[pos * w + off..pos * w + off + out.len()]),
+            CacheRows::Q8_0(v) => {
+                let rb = w / Q8_BLOCK * Q8_BYTES;
+                let b0 = off / Q8_BLOCK;
+                let nb = out.len().div_ceil(Q8_BLOCK);
+                let src = &v[pos * rb + b0 * Q8_BYTES..pos * rb + (b0 + nb) * Q8_BYTES];
+                for (bi, blk) in src.chunks_exact(Q8_BYTES).enumerate() {
+                    let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                    for j in 0..Q8_BLOCK {
+                        let i = bi * Q8_BLOCK + j;
+                        if i < out.len() {
+                            out[i] = (blk[2 + j] as i8) as f32 * d;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// K and V for every layer.
+#[derive(Debug)]
+pub struct KvCache {
+    /// Per layer K.
+    pub k: Vec<CacheMatrix>,
+    /// Per layer V.
+    pub v: Vec<CacheMatrix>,
+    /// Capacity in positions.
+    pub n_ctx: usize,
+}
+
+impl KvCache {
+    /// A cache with per-layer widths `(k_width, v_width)`.
+    pub fn new(widths: &[(usize, usize)], n_ctx: usize, tk: CacheType, tv: CacheType) -> Result<KvCache> {
+        let mut k = Vec::with_capacity(widths.len());
+        let mut v = Vec::with_capacity(widths.len());
+        for &(wk, wv) in widths {
+            k.push(CacheMatrix::new(tk, n_ctx, wk)?);
+            v.push(CacheMatrix::new(tv, n_ctx, wv)?);
+        }
+        Ok(KvCache { k, v, n_ctx })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(CacheMatrix::bytes).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip() {
+        for ty in [CacheType::F16, CacheType::F32, CacheType::Q8_0] {
+            let mut m = CacheMatrix::new(ty, 4, 64).unwrap();
+            let x: Vec<f32> = (0..64).map(|i| (i as f32 - 30.0) / 8.0).collect();
+            m.write(2, &x);
+            let mut out = vec![0.0; 32];
+            m.read(2, 32, &mut out);
+            for (a, b) in out.iter().zip(&x[32..]) {
+                assert!((a - b).abs() < 0.04, "{ty:?}: {a} vs {b}");
+            }
+            let q = vec![1.0; 32];
+            let mut scratch = vec![0.0; 64];
+            let d = m.dot(2, 32, &q, &mut scratch);
+            let want: f32 = x[32..].iter().sum();
+            assert!((d - want).abs() < 0.5, "{ty:?}: {d} vs {want}");
+        }
+    }
+
+    #[test]
+    fn q8_0_needs_multiple_of_32() {
+        assert!(CacheMatrix::new(CacheType::Q8_0, 4, 40).is_err());
+        assert!(CacheType::parse("q4_0").unwrap_err().to_string().contains("q4_0"));
+    }
+}

@@ -1,0 +1,73 @@
+//! The interface every architecture implements.
+
+use crate::kv_cache::CacheType;
+use crate::Result;
+
+/// Which positions of a batch need logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (generation).
+    Last,
+    /// Every token's (`gguf logits`, perplexity).
+    All,
+    /// None (prompt chunks whose logits nobody reads).
+    None,
+}
+
+/// Options for a new inference state.
+#[derive(Debug, Clone)]
+pub struct StateOptions {
+    /// Context size in tokens (0 = the model's training context).
+    pub n_ctx: usize,
+    /// Worker threads.
+    pub n_threads: usize,
+    /// K cache element type.
+    pub cache_type_k: CacheType,
+    /// V cache element type.
+    pub cache_type_v: CacheType,
+    /// Largest number of tokens evaluated in one pass (llama.cpp's `n_ubatch`).
+    pub n_ubatch: usize,
+}
+
+impl Default for StateOptions {
+    fn default() -> Self {
+        StateOptions {
+            n_ctx: 4096,
+            n_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cache_type_k: CacheType::F16,
+            cache_type_v: CacheType::F16,
+            n_ubatch: 512,
+        }
+    }
+}
+
+/// Per-sequence mutable state (KV cache, scratch, thread pool).
+pub trait State: Send {
+    /// Tokens currently in the cache.
+    fn n_past(&self) -> usize;
+    /// Context size.
+    fn n_ctx(&self) -> usize;
+    /// Forgets everything after the first `n` tokens.
+    fn truncate(&mut self, n: usize);
+    /// Bytes held by the KV cache.
+    fn cache_bytes(&self) -> usize;
+    /// For the model that made this state to reach its concrete type.
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// A loaded model.
+pub trait Model: Send + Sync {
+    /// `general.architecture`.
+    fn arch(&self) -> &str;
+    /// Vocabulary size (rows of the output matrix).
+    fn n_vocab(&self) -> usize;
+    /// Training context length.
+    fn n_ctx_train(&self) -> usize;
+    /// A human summary (layers, widths, heads) for logs.
+    fn describe(&self) -> String;
+    /// A fresh state.
+    fn new_state(&self, opts: &StateOptions) -> Result<Box<dyn State>>;
+    /// Appends `tokens` to the state's sequence and returns logits: `[n][n_vocab]` for
+    /// [`Logits::All`], `[n_vocab]` for [`Logits::Last`], empty for [`Logits::None`].
+    fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>>;
+}

@@ -1,0 +1,590 @@
+//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe and gemma3 share:
+//! RMSNorm, GQA attention with RoPE over a KV cache, SwiGLU/GeGLU or top-k MoE FFN.
+//! Architectures differ only in the [`Spec`] they build from their metadata.
+
+use std::sync::Arc;
+
+use gguf_format::GgufFile;
+use half::f16;
+use quant_kernels::{matmul, ops, Matrix, Pool};
+use rayon::prelude::*;
+
+use crate::hparams::Hparams;
+use crate::kv_cache::{CacheType, KvCache};
+use crate::loader::{Loader, TensorRef};
+use crate::model::{Logits, Model, State, StateOptions};
+use crate::rope::{Rope, RopeMode};
+use crate::{Error, Result};
+
+/// FFN activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) * up`.
+    Silu,
+    /// `gelu(gate) * up` (tanh approximation, as ggml).
+    Gelu,
+}
+
+/// Sliding-window attention settings.
+#[derive(Debug, Clone)]
+pub struct Swa {
+    /// Window in tokens: position `p1` sees `p0` when `p1 - p0 < window`.
+    pub window: usize,
+    /// Which layers use the window.
+    pub layers: Vec<bool>,
+    /// Rope base of windowed layers.
+    pub rope_base: f32,
+    /// Rope scale of windowed layers.
+    pub rope_freq_scale: f32,
+}
+
+/// What distinguishes one architecture of the family from another.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Rope pairing.
+    pub rope_mode: RopeMode,
+    /// Per-head RMSNorm of Q and K (`attn_q_norm`, `attn_k_norm`) before rope.
+    pub qk_norm: bool,
+    /// RMSNorm after attention and after the FFN (`post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+    /// FFN activation.
+    pub activation: Activation,
+    /// Scale of the token embeddings (gemma: √n_embd).
+    pub embed_scale: Option<f32>,
+    /// Attention scale; default `1/√head_k`.
+    pub attn_scale: Option<f32>,
+    /// Sliding-window layers.
+    pub swa: Option<Swa>,
+    /// Final logit soft-capping.
+    pub final_softcap: Option<f32>,
+    /// Normalize the top-k expert weights to sum to one.
+    pub moe_norm_weights: bool,
+}
+
+enum Ffn {
+    Dense {
+        gate: TensorRef,
+        up: TensorRef,
+        down: TensorRef,
+        b_gate: Option<Vec<f32>>,
+        b_up: Option<Vec<f32>>,
+        b_down: Option<Vec<f32>>,
+    },
+    Moe {
+        router: TensorRef,
+        gate: TensorRef,
+        up: TensorRef,
+        down: TensorRef,
+    },
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: TensorRef,
+    wk: TensorRef,
+    wv: TensorRef,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    wo: TensorRef,
+    bo: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    ffn: Ffn,
+    post_ffn_norm: Option<Vec<f32>>,
+    swa: bool,
+    rope: Rope,
+}
+
+/// A loaded decoder-only transformer; weights stay in the file's mmap.
+pub struct Transformer {
+    arch: String,
+    file: Arc<GgufFile>,
+    hp: Hparams,
+    spec: Spec,
+    n_vocab: usize,
+    tok_embd: TensorRef,
+    output: TensorRef,
+    output_norm: Vec<f32>,
+    layers: Vec<Layer>,
+}
+
+fn mat<'a>(file: &'a GgufFile, t: &TensorRef) -> Result<Matrix<'a>> {
+    Ok(Matrix::new(t.type_id, &file.bytes()[t.start..t.start + t.len], t.rows(), t.cols())?)
+}
+
+fn expert_mat<'a>(file: &'a GgufFile, t: &TensorRef, e: usize, n_expert: usize) -> Result<Matrix<'a>> {
+    let per = t.len / n_expert;
+    let rows = t.dims[1] as usize;
+    let data = &file.bytes()[t.start + e * per..t.start + (e + 1) * per];
+    Ok(Matrix::new(t.type_id, data, rows, t.cols())?)
+}
+
+impl Transformer {
+    /// Loads the weights described by `hp` and `spec` (tensor names as llama.cpp's
+    /// `LLM_TENSOR_NAMES`).
+    pub fn load(file: Arc<GgufFile>, arch: &str, hp: Hparams, spec: Spec) -> Result<Transformer> {
+        let ld = Loader::new(&file, arch);
+        let e = hp.n_embd as u64;
+        let tok =
+            ld.file().tensor("token_embd.weight").ok_or_else(|| Error::MissingTensor("token_embd.weight".into()))?;
+        let n_vocab = tok.dims.get(1).copied().unwrap_or(0);
+        if n_vocab == 0 {
+            return Err(Error::Shape { name: "token_embd.weight".into(), got: tok.dims.clone(), want: vec![e, 0] });
+        }
+        let tok_embd = ld.tensor("token_embd.weight", &[e, n_vocab])?;
+        let output = match ld.opt_tensor("output.weight", &[e, n_vocab])? {
+            Some(t) => t,
+            None => tok_embd.clone(),
+        };
+        let output_norm = ld.vector("output_norm.weight", e)?;
+        let qw = (hp.head_k * hp.n_head) as u64;
+        let kw = (hp.head_k * hp.n_head_kv) as u64;
+        let vw = (hp.head_v * hp.n_head_kv) as u64;
+        let ow = (hp.head_v * hp.n_head) as u64;
+        let rope_freqs = ld.opt_vector("rope_freqs.weight", (hp.n_rot / 2) as u64)?;
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for il in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}");
+            if ld.has(&n("attn_qkv.weight")) {
+                return Err(Error::Unsupported(format!("fused `{}` is not supported yet", n("attn_qkv.weight"))));
+            }
+            let ffn = if hp.n_expert > 0 {
+                let ff = if hp.n_ff_exp > 0 { hp.n_ff_exp } else { hp.n_ff[il] / hp.n_expert_used };
+                let (ff, ne) = (ff as u64, hp.n_expert as u64);
+                Ffn::Moe {
+                    router: ld.tensor(&n("ffn_gate_inp.weight"), &[e, ne])?,
+                    gate: ld.tensor(&n("ffn_gate_exps.weight"), &[e, ff, ne])?,
+                    up: ld.tensor(&n("ffn_up_exps.weight"), &[e, ff, ne])?,
+                    down: ld.tensor(&n("ffn_down_exps.weight"), &[ff, e, ne])?,
+                }
+            } else {
+                let ff = hp.n_ff[il] as u64;
+                if ff == 0 {
+                    return Err(Error::MissingKey(ld.key("feed_forward_length")));
+                }
+                Ffn::Dense {
+                    gate: ld.tensor(&n("ffn_gate.weight"), &[e, ff])?,
+                    up: ld.tensor(&n("ffn_up.weight"), &[e, ff])?,
+                    down: ld.tensor(&n("ffn_down.weight"), &[ff, e])?,
+                    b_gate: ld.opt_vector(&n("ffn_gate.bias"), ff)?,
+                    b_up: ld.opt_vector(&n("ffn_up.bias"), ff)?,
+                    b_down: ld.opt_vector(&n("ffn_down.bias"), e)?,
+                }
+            };
+            let swa = spec.swa.as_ref().is_some_and(|s| s.layers[il]);
+            let (base, scale) = match (&spec.swa, swa) {
+                (Some(s), true) => (s.rope_base, s.rope_freq_scale),
+                _ => (hp.rope_base, hp.rope_freq_scale),
+            };
+            let hk = hp.head_k as u64;
+            layers.push(Layer {
+                attn_norm: ld.vector(&n("attn_norm.weight"), e)?,
+                wq: ld.tensor(&n("attn_q.weight"), &[e, qw])?,
+                wk: ld.tensor(&n("attn_k.weight"), &[e, kw])?,
+                wv: ld.tensor(&n("attn_v.weight"), &[e, vw])?,
+                bq: ld.opt_vector(&n("attn_q.bias"), qw)?,
+                bk: ld.opt_vector(&n("attn_k.bias"), kw)?,
+                bv: ld.opt_vector(&n("attn_v.bias"), vw)?,
+                wo: ld.tensor(&n("attn_output.weight"), &[ow, e])?,
+                bo: ld.opt_vector(&n("attn_output.bias"), e)?,
+                q_norm: if spec.qk_norm { Some(ld.vector(&n("attn_q_norm.weight"), hk)?) } else { None },
+                k_norm: if spec.qk_norm { Some(ld.vector(&n("attn_k_norm.weight"), hk)?) } else { None },
+                post_attn_norm: if spec.post_norms {
+                    Some(ld.vector(&n("post_attention_norm.weight"), e)?)
+                } else {
+                    None
+                },
+                ffn_norm: ld.vector(&n("ffn_norm.weight"), e)?,
+                ffn,
+                post_ffn_norm: if spec.post_norms { Some(ld.vector(&n("post_ffw_norm.weight"), e)?) } else { None },
+                swa,
+                rope: hp.rope(spec.rope_mode, base, scale, rope_freqs.clone()),
+            });
+        }
+        // Check every weight's type has a decoder now, not at the first token.
+        for t in std::iter::once(&tok_embd).chain(std::iter::once(&output)) {
+            mat(&file, t).map_err(|e| type_error(t, e))?;
+        }
+        for l in &layers {
+            for t in [&l.wq, &l.wk, &l.wv, &l.wo] {
+                mat(&file, t).map_err(|e| type_error(t, e))?;
+            }
+        }
+        Ok(Transformer {
+            arch: arch.to_string(),
+            file,
+            hp,
+            spec,
+            n_vocab: n_vocab as usize,
+            tok_embd,
+            output,
+            output_norm,
+            layers,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn hparams(&self) -> &Hparams {
+        &self.hp
+    }
+}
+
+fn type_error(t: &TensorRef, e: Error) -> Error {
+    Error::TensorType { name: t.name.clone(), type_name: t.type_name(), why: e.to_string() }
+}
+
+/// Inference state of a [`Transformer`].
+pub struct TransformerState {
+    kv: KvCache,
+    n_past: usize,
+    n_ubatch: usize,
+    pool: Pool,
+    rayon: rayon::ThreadPool,
+}
+
+impl State for TransformerState {
+    fn n_past(&self) -> usize {
+        self.n_past
+    }
+    fn n_ctx(&self) -> usize {
+        self.kv.n_ctx
+    }
+    fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+    fn cache_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
+    if let Some(b) = b {
+        for row in y.chunks_exact_mut(b.len()) {
+            ops::add_inplace(row, b);
+        }
+    }
+}
+
+fn rms_rows(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.resize(x.len(), 0.0);
+    for (xr, or) in x.chunks_exact(w.len()).zip(out.chunks_exact_mut(w.len())) {
+        ops::rms_norm(xr, w, eps, or);
+    }
+}
+
+fn rms_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut Vec<f32>) {
+    tmp.resize(w.len(), 0.0);
+    for xr in x.chunks_exact_mut(w.len()) {
+        ops::rms_norm(xr, w, eps, tmp);
+        xr.copy_from_slice(tmp);
+    }
+}
+
+impl Transformer {
+    fn mm(&self, pool: &Pool, t: &TensorRef, x: &[f32], n: usize, y: &mut Vec<f32>) -> Result<()> {
+        let m = mat(&self.file, t)?;
+        y.resize(n * m.rows(), 0.0);
+        matmul(pool, &m, x, n, y)?;
+        Ok(())
+    }
+
+    fn activate(&self, gate: &mut [f32], up: &[f32]) {
+        match self.spec.activation {
+            Activation::Silu => ops::silu_mul_inplace(gate, up),
+            Activation::Gelu => ops::gelu_mul_inplace(gate, up),
+        }
+    }
+
+    /// One ubatch: `tokens` at positions `st.n_past..`; returns the final hidden states
+    /// (after the output norm) of the rows in `keep`.
+    fn run_ubatch(&self, st: &mut TransformerState, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        let hp = &self.hp;
+        let (n, e) = (tokens.len(), hp.n_embd);
+        let p0 = st.n_past;
+        // Embeddings.
+        let mut x = vec![0.0f32; n * e];
+        let emb = mat(&self.file, &self.tok_embd)?;
+        for (t, &id) in tokens.iter().enumerate() {
+            if id as usize >= self.n_vocab {
+                return Err(Error::TokenOutOfRange { id, n_vocab: self.n_vocab });
+            }
+            emb.dequantize_row(id as usize, &mut x[t * e..(t + 1) * e])?;
+        }
+        if let Some(s) = self.spec.embed_scale {
+            ops::scale_inplace(&mut x, s);
+        }
+        let (nh, nkv, hk, hv) = (hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v);
+        let group = nh / nkv;
+        let scale = self.spec.attn_scale.unwrap_or(1.0 / (hk as f32).sqrt());
+        let (mut h, mut q, mut k, mut v, mut o, mut a, mut tmp) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut rc = Vec::new();
+        for (il, layer) in self.layers.iter().enumerate() {
+            rms_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h);
+            self.mm(&st.pool, &layer.wq, &h, n, &mut q)?;
+            self.mm(&st.pool, &layer.wk, &h, n, &mut k)?;
+            self.mm(&st.pool, &layer.wv, &h, n, &mut v)?;
+            add_bias(&mut q, &layer.bq);
+            add_bias(&mut k, &layer.bk);
+            add_bias(&mut v, &layer.bv);
+            if let Some(w) = &layer.q_norm {
+                rms_rows_inplace(&mut q, w, hp.rms_eps, &mut tmp);
+            }
+            if let Some(w) = &layer.k_norm {
+                rms_rows_inplace(&mut k, w, hp.rms_eps, &mut tmp);
+            }
+            for t in 0..n {
+                layer.rope.cache(p0 + t, &mut rc);
+                for hq in q[t * nh * hk..(t + 1) * nh * hk].chunks_exact_mut(hk) {
+                    layer.rope.apply(&rc, hq);
+                }
+                for hkv in k[t * nkv * hk..(t + 1) * nkv * hk].chunks_exact_mut(hk) {
+                    layer.rope.apply(&rc, hkv);
+                }
+                st.kv.k[il].write(p0 + t, &k[t * nkv * hk..(t + 1) * nkv * hk]);
+                st.kv.v[il].write(p0 + t, &v[t * nkv * hv..(t + 1) * nkv * hv]);
+            }
+            // Attention, one (token, head) per task.
+            o.resize(n * nh * hv, 0.0);
+            let (kc, vc) = (&st.kv.k[il], &st.kv.v[il]);
+            let window = if layer.swa { self.spec.swa.as_ref().map(|s| s.window) } else { None };
+            let round_q = matches!(kc_type(kc), CacheType::F16);
+            let qref = &q;
+            st.rayon.install(|| {
+                o.par_chunks_mut(hv).enumerate().for_each_init(
+                    || (Vec::new(), vec![0.0f32; hk.max(hv)], vec![0.0f32; hk]),
+                    |(scores, scratch, qh), (i, out)| {
+                        let (t, head) = (i / nh, i % nh);
+                        let kvh = head / group;
+                        let pos = p0 + t;
+                        let lo = match window {
+                            Some(w) => (pos + 1).saturating_sub(w),
+                            None => 0,
+                        };
+                        let src = &qref[(t * nh + head) * hk..(t * nh + head + 1) * hk];
+                        for (d, s) in qh.iter_mut().zip(src) {
+                            *d = if round_q { f16::from_f32(*s).to_f32() } else { *s };
+                        }
+                        scores.clear();
+                        let mut max = f32::NEG_INFINITY;
+                        for j in lo..=pos {
+                            let s = kc.dot(j, kvh * hk, qh, scratch) * scale;
+                            max = max.max(s);
+                            scores.push(s);
+                        }
+                        let mut sum = 0.0f32;
+                        for s in scores.iter_mut() {
+                            *s = (*s - max).exp();
+                            sum += *s;
+                        }
+                        out.fill(0.0);
+                        let inv = 1.0 / sum;
+                        for (j, s) in (lo..=pos).zip(scores.iter()) {
+                            vc.axpy(j, kvh * hv, s * inv, out, scratch);
+                        }
+                    },
+                )
+            });
+            self.mm(&st.pool, &layer.wo, &o, n, &mut a)?;
+            add_bias(&mut a, &layer.bo);
+            if let Some(w) = &layer.post_attn_norm {
+                rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
+            }
+            ops::add_inplace(&mut x, &a);
+            rms_rows(&x, &layer.ffn_norm, hp.rms_eps, &mut h);
+            match &layer.ffn {
+                Ffn::Dense { gate, up, down, b_gate, b_up, b_down } => {
+                    self.mm(&st.pool, gate, &h, n, &mut q)?;
+                    self.mm(&st.pool, up, &h, n, &mut k)?;
+                    add_bias(&mut q, b_gate);
+                    add_bias(&mut k, b_up);
+                    self.activate(&mut q, &k);
+                    self.mm(&st.pool, down, &q, n, &mut a)?;
+                    add_bias(&mut a, b_down);
+                }
+                Ffn::Moe { router, gate, up, down } => {
+                    self.moe(st, &h, n, router, gate, up, down, &mut a)?;
+                }
+            }
+            if let Some(w) = &layer.post_ffn_norm {
+                rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
+            }
+            ops::add_inplace(&mut x, &a);
+        }
+        st.n_past += n;
+        let rows: Vec<usize> = match logits {
+            Logits::None => return Ok(Vec::new()),
+            Logits::Last => vec![n - 1],
+            Logits::All => (0..n).collect(),
+        };
+        let mut sel = Vec::with_capacity(rows.len() * e);
+        for &r in &rows {
+            sel.extend_from_slice(&x[r * e..(r + 1) * e]);
+        }
+        rms_rows_inplace(&mut sel, &self.output_norm, hp.rms_eps, &mut tmp);
+        let mut out = Vec::new();
+        self.mm(&st.pool, &self.output, &sel, rows.len(), &mut out)?;
+        if let Some(c) = self.spec.final_softcap {
+            for l in out.iter_mut() {
+                *l = (*l / c).tanh() * c;
+            }
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn moe(
+        &self,
+        st: &TransformerState,
+        h: &[f32],
+        n: usize,
+        router: &TensorRef,
+        gate: &TensorRef,
+        up: &TensorRef,
+        down: &TensorRef,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let hp = &self.hp;
+        let (e, ne, k) = (hp.n_embd, hp.n_expert, hp.n_expert_used);
+        let mut logits = Vec::new();
+        self.mm(&st.pool, router, h, n, &mut logits)?;
+        // Route: softmax over experts, top-k, optional renormalization and scale.
+        let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
+        let mut idx: Vec<usize> = Vec::with_capacity(ne);
+        for t in 0..n {
+            let p = &mut logits[t * ne..(t + 1) * ne];
+            ops::softmax_inplace(p);
+            idx.clear();
+            idx.extend(0..ne);
+            idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+            let sel = &idx[..k];
+            let mut w: Vec<f32> = sel.iter().map(|&i| p[i]).collect();
+            if self.spec.moe_norm_weights {
+                let sum: f32 = w.iter().sum::<f32>().max(6.103_515_6e-5);
+                for x in w.iter_mut() {
+                    *x /= sum;
+                }
+            }
+            if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
+                for x in w.iter_mut() {
+                    *x *= hp.expert_weights_scale;
+                }
+            }
+            for (&ex, &wt) in sel.iter().zip(&w) {
+                routes[ex].push((t, wt));
+            }
+        }
+        out.clear();
+        out.resize(n * e, 0.0);
+        let (mut xs, mut g, mut u, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (ex, toks) in routes.iter().enumerate() {
+            if toks.is_empty() {
+                continue;
+            }
+            xs.clear();
+            for &(t, _) in toks {
+                xs.extend_from_slice(&h[t * e..(t + 1) * e]);
+            }
+            let m = toks.len();
+            let gm = expert_mat(&self.file, gate, ex, ne)?;
+            g.resize(m * gm.rows(), 0.0);
+            matmul(&st.pool, &gm, &xs, m, &mut g)?;
+            let um = expert_mat(&self.file, up, ex, ne)?;
+            u.resize(m * um.rows(), 0.0);
+            matmul(&st.pool, &um, &xs, m, &mut u)?;
+            self.activate(&mut g, &u);
+            let dm = expert_mat(&self.file, down, ex, ne)?;
+            d.resize(m * e, 0.0);
+            matmul(&st.pool, &dm, &g, m, &mut d)?;
+            for (r, &(t, wt)) in toks.iter().enumerate() {
+                for (o, s) in out[t * e..(t + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
+                    *o += wt * s;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn kc_type(m: &crate::kv_cache::CacheMatrix) -> CacheType {
+    m.cache_type()
+}
+
+impl Model for Transformer {
+    fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    fn n_ctx_train(&self) -> usize {
+        self.hp.n_ctx_train
+    }
+
+    fn describe(&self) -> String {
+        let hp = &self.hp;
+        let mut s = format!(
+            "{}: {} layers, n_embd {}, {} heads / {} KV heads, head dim {}/{}, n_vocab {}",
+            self.arch, hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v, self.n_vocab
+        );
+        if hp.n_expert > 0 {
+            s += &format!(", {} experts ({} used)", hp.n_expert, hp.n_expert_used);
+        }
+        if let Some(w) = &self.spec.swa {
+            s += &format!(", sliding window {} on {} layers", w.window, w.layers.iter().filter(|&&b| b).count());
+        }
+        s
+    }
+
+    fn new_state(&self, opts: &StateOptions) -> Result<Box<dyn State>> {
+        let hp = &self.hp;
+        let n_ctx = if opts.n_ctx == 0 { hp.n_ctx_train } else { opts.n_ctx };
+        let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
+        let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
+        let threads = opts.n_threads.max(1);
+        let rayon = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| Error::Invalid(format!("thread pool: {e}")))?;
+        Ok(Box::new(TransformerState {
+            kv,
+            n_past: 0,
+            n_ubatch: opts.n_ubatch.max(1),
+            pool: Pool::new(threads),
+            rayon,
+        }))
+    }
+
+    fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+        let st = state
+            .as_any_mut()
+            .downcast_mut::<TransformerState>()
+            .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        if st.n_past + tokens.len() > st.kv.n_ctx {
+            return Err(Error::ContextFull { n_tokens: tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
+        }
+        let mut out = Vec::new();
+        let chunks: Vec<&[u32]> = tokens.chunks(st.n_ubatch).collect();
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let want = match logits {
+                Logits::All => Logits::All,
+                Logits::Last if i == last => Logits::Last,
+                _ => Logits::None,
+            };
+            out.extend(self.run_ubatch(st, chunk, want)?);
+        }
+        Ok(out)
+    }
+}
