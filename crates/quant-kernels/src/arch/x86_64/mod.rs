@@ -1,0 +1,28 @@
+//! x86_64 kernels: AVX2 + FMA + F16C (`avx2.rs`, `ops.rs`), AVX-512 VNNI (`avx512.rs`).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+pub mod avx2;
+pub mod ops;
+
+const UNKNOWN: u8 = 0;
+const HAS: u8 = 1;
+const HAS_NOT: u8 = 2;
+
+static AVX2: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// AVX2, FMA and F16C are all available (detected once, then one relaxed load).
+#[inline(always)]
+pub fn has_avx2() -> bool {
+    match AVX2.load(Ordering::Relaxed) {
+        HAS => true,
+        HAS_NOT => false,
+        _ => {
+            let yes = std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c");
+            AVX2.store(if yes { HAS } else { HAS_NOT }, Ordering::Relaxed);
+            yes
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! AVX2 + FMA + F16C versions of the f32 helpers in `crate::ops` (scalar twins in
+//! `crate::scalar::ops`). The safe wrappers fall back to the twin when the features are
+//! missing, so they are sound on any CPU.
+
+use core::arch::x86_64::*;
+
+use half::f16;
+
+use super::has_avx2;
+use crate::scalar::ops as sc;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn hsum(x: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// `Σ a·b` with four 8-lane FMA accumulators.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    if !has_avx2() {
+        return sc::dot_f32(&a[..n], &b[..n]);
+    }
+    // SAFETY: AVX2/FMA/F16C checked above; every load reads `a[i..i+8]`/`b[i..i+8]` with
+    // `i + 8 <= n <= len`.
+    unsafe { dot_f32_imp(a.as_ptr(), b.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_imp(a: *const f32, b: *const f32, n: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i + 8 * k)), _mm256_loadu_ps(b.add(i + 8 * k)), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
+        i += 8;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut sum = hsum(s);
+    while i < n {
+        sum += *a.add(i) * *b.add(i);
+        i += 1;
+    }
+    sum
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn load_f16x8(p: *const f16) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// `Σ a·b`, `a` in f16.
+pub fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    if !has_avx2() {
+        return sc::dot_f16_f32(&a[..n], &b[..n]);
+    }
+    // SAFETY: features checked; loads stay below `n`.
+    unsafe { dot_f16_f32_imp(a.as_ptr(), b.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_f32_imp(a: *const f16, b: *const f32, n: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * k)), _mm256_loadu_ps(b.add(i + 8 * k)), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(load_f16x8(a.add(i)), _mm256_loadu_ps(b.add(i)), acc[0]);
+        i += 8;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut sum = hsum(s);
+    while i < n {
+        sum += (*a.add(i)).to_f32() * *b.add(i);
+        i += 1;
+    }
+    sum
+}
+
+/// `Σ a·b` of two f16 rows.
+pub fn dot_f16_f16(a: &[f16], b: &[f16]) -> f32 {
+    let n = a.len().min(b.len());
+    if !has_avx2() {
+        return sc::dot_f16_f16(&a[..n], &b[..n]);
+    }
+    // SAFETY: features checked; loads stay below `n`.
+    unsafe { dot_f16_f16_imp(a.as_ptr(), b.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_f16_imp(a: *const f16, b: *const f16, n: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * k)), load_f16x8(b.add(i + 8 * k)), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(load_f16x8(a.add(i)), load_f16x8(b.add(i)), acc[0]);
+        i += 8;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut sum = hsum(s);
+    while i < n {
+        sum += (*a.add(i)).to_f32() * (*b.add(i)).to_f32();
+        i += 1;
+    }
+    sum
+}
+
+/// `y += a·x`, `x` in f16.
+pub fn axpy_f16(y: &mut [f32], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    if !has_avx2() {
+        return sc::axpy_f16(&mut y[..n], a, &x[..n]);
+    }
+    // SAFETY: features checked; loads and stores stay below `n`.
+    unsafe { axpy_f16_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_f16_imp(y: *mut f32, a: f32, x: *const f16, n: usize) {
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        _mm256_storeu_ps(y.add(i), _mm256_fmadd_ps(load_f16x8(x.add(i)), va, _mm256_loadu_ps(y.add(i))));
+        i += 8;
+    }
+    while i < n {
+        *y.add(i) += (*x.add(i)).to_f32() * a;
+        i += 1;
+    }
+}
+
+/// `y += a·x`.
+pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    if !has_avx2() {
+        return sc::axpy_f32(&mut y[..n], a, &x[..n]);
+    }
+    // SAFETY: features checked; loads and stores stay below `n`.
+    unsafe { axpy_f32_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        _mm256_storeu_ps(y.add(i), _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), va, _mm256_loadu_ps(y.add(i))));
+        i += 8;
+    }
+    while i < n {
+        *y.add(i) += *x.add(i) * a;
+        i += 1;
+    }
+}

@@ -1,0 +1,98 @@
+//! The built-in registry entries: one scalar kernel per supported type (priority 0), the
+//! AVX2 kernels (priority 10) on x86_64, and the activation quantizers. A plug-in crate
+//! adds its own with `inventory::submit! { quant_kernels::Kernel { .. } }`.
+
+use ggml_quants::types::{bf16::BF16, f16::F16, f32::F32, q2_k::Q2K, q3_k::Q3K, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K};
+use ggml_quants::types::{q5_0::Q5_0, q5_1::Q5_1, q5_k::Q5K, q6_k::Q6K, q8_0::Q8_0, q8_1::Q8_1, q8_k::Q8K};
+use ggml_quants::GgmlType;
+
+use crate::registry::{always, ActQuantizer, Kernel};
+use crate::scalar::{act, dots};
+
+macro_rules! scalar_kernel {
+    ($ty:ty, $act:ty, $f:path) => {
+        inventory::submit! {
+            Kernel {
+                type_id: <$ty as GgmlType>::ID,
+                backend: "scalar",
+                priority: 0,
+                available: always,
+                vec_dot_type: <$act as GgmlType>::ID,
+                vec_dot: $f,
+                tile: None,
+            }
+        }
+    };
+}
+
+scalar_kernel!(F32, F32, dots::f32_f32);
+scalar_kernel!(F16, F16, dots::f16_f16);
+scalar_kernel!(BF16, BF16, dots::bf16_bf16);
+scalar_kernel!(Q4_0, Q8_0, dots::q4_0_q8_0);
+scalar_kernel!(Q4_1, Q8_1, dots::q4_1_q8_1);
+scalar_kernel!(Q5_0, Q8_0, dots::q5_0_q8_0);
+scalar_kernel!(Q5_1, Q8_1, dots::q5_1_q8_1);
+scalar_kernel!(Q8_0, Q8_0, dots::q8_0_q8_0);
+scalar_kernel!(Q2K, Q8K, dots::q2_k_q8_k);
+scalar_kernel!(Q3K, Q8K, dots::q3_k_q8_k);
+scalar_kernel!(Q4K, Q8K, dots::q4_k_q8_k);
+scalar_kernel!(Q5K, Q8K, dots::q5_k_q8_k);
+scalar_kernel!(Q6K, Q8K, dots::q6_k_q8_k);
+
+macro_rules! scalar_act {
+    ($ty:ty, $f:path) => {
+        inventory::submit! {
+            ActQuantizer { type_id: <$ty as GgmlType>::ID, backend: "scalar", priority: 0, available: always, quantize: $f }
+        }
+    };
+}
+
+scalar_act!(Q8_0, act::quantize_q8_0);
+scalar_act!(Q8_1, act::quantize_q8_1);
+scalar_act!(Q8K, act::quantize_q8_k);
+scalar_act!(F16, act::convert_f16);
+scalar_act!(BF16, act::convert_bf16);
+scalar_act!(F32, act::convert_f32);
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use crate::arch::x86_64::{avx2, has_avx2};
+
+    macro_rules! avx2_kernel {
+        ($ty:ty, $act:ty, $f:path) => {
+            inventory::submit! {
+                Kernel {
+                    type_id: <$ty as GgmlType>::ID,
+                    backend: "avx2",
+                    priority: 10,
+                    available: has_avx2,
+                    vec_dot_type: <$act as GgmlType>::ID,
+                    vec_dot: $f,
+                    tile: None,
+                }
+            }
+        };
+    }
+
+    avx2_kernel!(F32, F32, avx2::f32_f32);
+    avx2_kernel!(F16, F16, avx2::f16_f16);
+    avx2_kernel!(BF16, BF16, avx2::bf16_bf16);
+    avx2_kernel!(Q4_0, Q8_0, avx2::q4_0_q8_0);
+    avx2_kernel!(Q4_1, Q8_1, avx2::q4_1_q8_1);
+    avx2_kernel!(Q5_0, Q8_0, avx2::q5_0_q8_0);
+    avx2_kernel!(Q5_1, Q8_1, avx2::q5_1_q8_1);
+    avx2_kernel!(Q8_0, Q8_0, avx2::q8_0_q8_0);
+    avx2_kernel!(Q2K, Q8K, avx2::q2_k_q8_k);
+    avx2_kernel!(Q3K, Q8K, avx2::q3_k_q8_k);
+    avx2_kernel!(Q4K, Q8K, avx2::q4_k_q8_k);
+    avx2_kernel!(Q5K, Q8K, avx2::q5_k_q8_k);
+    avx2_kernel!(Q6K, Q8K, avx2::q6_k_q8_k);
+
+    inventory::submit! {
+        ActQuantizer { type_id: <Q8_0 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_0 }
+    }
+    inventory::submit! {
+        ActQuantizer { type_id: <Q8_1 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_1 }
+    }
+}

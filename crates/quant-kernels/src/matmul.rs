@@ -1,0 +1,277 @@
+//! [`Matrix`] (a borrowed, quantized weight matrix) and [`matmul`].
+
+use std::sync::Mutex;
+
+use ggml_quants::TypeTraits;
+
+use crate::registry::{act_quantizer_for, kernel_for, Kernel, Tile};
+use crate::{ops, Error, Pool};
+
+/// A row-major weight matrix of one ggml type, borrowed as stored in GGUF: ggml `ne0 =
+/// cols` is contiguous, `ne1 = rows`; each row is `row_size(type, cols)` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix<'a> {
+    traits: &'static TypeTraits,
+    data: &'a [u8],
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// Checks that `type_id` is registered, that `cols` is a whole number of its blocks and
+    /// that `data` holds exactly `rows` rows.
+    pub fn new(type_id: u32, data: &'a [u8], rows: usize, cols: usize) -> Result<Self, Error> {
+        let traits = ggml_quants::lookup_id(type_id)?;
+        let row_bytes = traits.row_size(cols).map_err(|_| Error::NotWholeBlocks {
+            type_name: traits.name,
+            cols,
+            block_size: traits.block_size,
+        })?;
+        let expected =
+            rows.checked_mul(row_bytes).ok_or(Error::Overflow { what: "matrix bytes (rows × row size)" })?;
+        if data.len() != expected {
+            return Err(Error::SizeMismatch { what: "matrix data bytes", expected, found: data.len() });
+        }
+        Ok(Matrix { traits, data, rows, cols, row_bytes })
+    }
+
+    /// Rows (ggml `ne1`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns (ggml `ne0`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The ggml type id.
+    pub fn type_id(&self) -> u32 {
+        self.traits.id
+    }
+
+    /// The type's registry entry.
+    pub fn traits(&self) -> &'static TypeTraits {
+        self.traits
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// The raw bytes of row `r`.
+    pub fn row(&self, r: usize) -> Result<&'a [u8], Error> {
+        if r >= self.rows {
+            return Err(Error::RowOutOfRange { row: r, rows: self.rows });
+        }
+        Ok(&self.data[r * self.row_bytes..(r + 1) * self.row_bytes])
+    }
+
+    /// Decodes row `r` into `out` (`cols` floats), exactly as ggml's `to_float` (embedding
+    /// lookups: ggml's `get_rows`).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), Error> {
+        let row = self.row(r)?;
+        if out.len() != self.cols {
+            return Err(Error::SizeMismatch {
+                what: "dequantize_row output length",
+                expected: self.cols,
+                found: out.len(),
+            });
+        }
+        self.traits.dequantize(row, out)?;
+        Ok(())
+    }
+}
+
+/// Token count from which [`matmul`] splits the work by token blocks rather than by row blocks.
+const TOKEN_SPLIT_FROM: usize = 16;
+/// Most tokens per token block.
+const MAX_TOKEN_BLOCK: usize = 16;
+/// Activation bytes per token block that should stay in L1/L2.
+const TOKEN_BLOCK_BYTES: usize = 48 * 1024;
+/// Elements from which the activation quantization runs on the pool.
+const PARALLEL_QUANT_FROM: usize = 1 << 15;
+
+/// How the product is computed for one weight type.
+enum Path {
+    Kernel { k: &'static Kernel, act: &'static TypeTraits, quantize: fn(&[f32], &mut [u8]) },
+    Generic,
+}
+
+fn path_for(w: &Matrix<'_>) -> Result<Path, Error> {
+    let Some(k) = kernel_for(w.type_id()) else { return Ok(Path::Generic) };
+    let act = ggml_quants::lookup_id(k.vec_dot_type)?;
+    let quantize = match act_quantizer_for(k.vec_dot_type) {
+        Some(q) => q.quantize,
+        None => act
+            .quantize_ref_fn
+            .ok_or(Error::NoActivationQuantizer { type_name: w.traits.name, vec_dot_type: k.vec_dot_type })?,
+    };
+    Ok(Path::Kernel { k, act, quantize })
+}
+
+thread_local! {
+    static ACT_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// `y[t * rows + r] = Σ_c W[r][c] · x[t * cols + c]` for `t in 0..n_tokens`.
+///
+/// The activations are converted once to the kernel's activation type (ggml's
+/// `vec_dot_type`: Q8_0 for q4_0/q5_0/q8_0, Q8_1 for q4_1/q5_1, Q8_K for the K types, F16,
+/// BF16 or F32 for those weights), with ggml-cpu's quantizer, then every output is one
+/// kernel dot product. A weight type without a registered kernel is dequantized row by
+/// row and dotted with the f32 activations. Work is split over `pool` by row blocks
+/// (few tokens) or token blocks (prompt processing).
+pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
+    let (rows, cols) = (w.rows, w.cols);
+    let x_len = n_tokens.checked_mul(cols).ok_or(Error::Overflow { what: "activation length (n_tokens × cols)" })?;
+    if x.len() != x_len {
+        return Err(Error::SizeMismatch {
+            what: "activation length (n_tokens × cols)",
+            expected: x_len,
+            found: x.len(),
+        });
+    }
+    let y_len = n_tokens.checked_mul(rows).ok_or(Error::Overflow { what: "output length (n_tokens × rows)" })?;
+    if y.len() != y_len {
+        return Err(Error::SizeMismatch { what: "output length (n_tokens × rows)", expected: y_len, found: y.len() });
+    }
+    if y_len == 0 {
+        return Ok(());
+    }
+    if cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    match path_for(w)? {
+        Path::Kernel { k, act, quantize } => {
+            let act_row = act.row_size(cols).map_err(|_| Error::NotWholeBlocks {
+                type_name: act.name,
+                cols,
+                block_size: act.block_size,
+            })?;
+            let mut xq = ACT_BUF.with(|b| b.take());
+            xq.clear();
+            xq.resize(n_tokens * act_row, 0);
+            quantize_acts(pool, quantize, x, cols, &mut xq, act_row);
+            let tile = |r0: usize, nr: usize, t0: usize, nt: usize, out: &mut [f32], ys: usize| {
+                let t = Tile {
+                    n: cols,
+                    w: &w.data[r0 * w.row_bytes..(r0 + nr) * w.row_bytes],
+                    w_stride: w.row_bytes,
+                    rows: nr,
+                    x: &xq[t0 * act_row..(t0 + nt) * act_row],
+                    x_stride: act_row,
+                    tokens: nt,
+                };
+                match k.tile {
+                    Some(f) => f(&t, out, ys),
+                    None => tile_by_vec_dot(k.vec_dot, &t, out, ys),
+                }
+            };
+            split(pool, rows, n_tokens, act_row, y, &tile);
+            ACT_BUF.with(|b| b.set(xq));
+        }
+        Path::Generic => {
+            let traits = w.traits;
+            let tile = |r0: usize, nr: usize, t0: usize, nt: usize, out: &mut [f32], ys: usize| {
+                let mut row = vec![0f32; cols];
+                for r in 0..nr {
+                    let src = &w.data[(r0 + r) * w.row_bytes..(r0 + r + 1) * w.row_bytes];
+                    (traits.dequantize_fn)(src, &mut row);
+                    for t in 0..nt {
+                        out[t * ys + r] = ops::dot_f32(&row, &x[(t0 + t) * cols..(t0 + t + 1) * cols]);
+                    }
+                }
+            };
+            split(pool, rows, n_tokens, cols * 4, y, &tile);
+        }
+    }
+    Ok(())
+}
+
+/// The default [`crate::registry::TileFn`]: one [`crate::registry::VecDotFn`] call per output.
+pub fn tile_by_vec_dot(vec_dot: crate::registry::VecDotFn, t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    for r in 0..t.rows {
+        let wr = &t.w[r * t.w_stride..(r + 1) * t.w_stride];
+        for tok in 0..t.tokens {
+            let xr = &t.x[tok * t.x_stride..(tok + 1) * t.x_stride];
+            y[tok * y_stride + r] = vec_dot(t.n, wr, xr);
+        }
+    }
+}
+
+fn quantize_acts(pool: &Pool, quantize: fn(&[f32], &mut [u8]), x: &[f32], cols: usize, xq: &mut [u8], act_row: usize) {
+    let n_tokens = x.len() / cols;
+    if pool.n_threads() == 1 || n_tokens < 2 || x.len() < PARALLEL_QUANT_FROM {
+        for (src, dst) in x.chunks_exact(cols).zip(xq.chunks_exact_mut(act_row)) {
+            quantize(src, dst);
+        }
+        return;
+    }
+    let per = n_tokens.div_ceil(pool.n_threads() * 4).max(1);
+    let chunks: Vec<Mutex<&mut [u8]>> = xq.chunks_mut(per * act_row).map(Mutex::new).collect();
+    pool.for_each(chunks.len(), &|i| {
+        let mut dst = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let src = &x[i * per * cols..];
+        for (s, d) in src.chunks_exact(cols).zip(dst.chunks_exact_mut(act_row)) {
+            quantize(s, d);
+        }
+    });
+}
+
+/// `tile(r0, nr, t0, nt, out, out_stride)`: rows `r0..r0+nr` × tokens `t0..t0+nt` into
+/// `out[t * out_stride + r]`.
+type TileClosure<'a> = dyn Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync + 'a;
+
+/// Runs `tile(r0, nr, t0, nt, out, out_stride)` over the whole `rows × n_tokens` output,
+/// split across the pool.
+fn split(pool: &Pool, rows: usize, n_tokens: usize, act_row_bytes: usize, y: &mut [f32], tile: &TileClosure<'_>) {
+    let nth = pool.n_threads();
+    if n_tokens < TOKEN_SPLIT_FROM {
+        // Row blocks, all tokens per block: weights are read once.
+        let rb = rows.div_ceil(nth * 8).clamp(16, 1024).min(rows);
+        let n_items = rows.div_ceil(rb);
+        if n_tokens == 1 {
+            let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(rb).map(Mutex::new).collect();
+            pool.for_each(n_items, &|i| {
+                let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
+                let nr = out.len();
+                tile(i * rb, nr, 0, 1, &mut out, nr);
+            });
+        } else {
+            let bufs: Vec<Mutex<Vec<f32>>> = (0..n_items).map(|_| Mutex::new(Vec::new())).collect();
+            pool.for_each(n_items, &|i| {
+                let nr = rb.min(rows - i * rb);
+                let mut out = vec![0f32; nr * n_tokens];
+                tile(i * rb, nr, 0, n_tokens, &mut out, nr);
+                *bufs[i].lock().unwrap_or_else(|e| e.into_inner()) = out;
+            });
+            for (i, b) in bufs.into_iter().enumerate() {
+                let b = b.into_inner().unwrap_or_else(|e| e.into_inner());
+                let nr = rb.min(rows - i * rb);
+                for t in 0..n_tokens {
+                    y[t * rows + i * rb..t * rows + i * rb + nr].copy_from_slice(&b[t * nr..(t + 1) * nr]);
+                }
+            }
+        }
+        return;
+    }
+    // Token blocks, all rows per block: a weight row is decoded once per token block and
+    // the block's activations stay in cache.
+    let tb = (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK).min(n_tokens.div_ceil(nth)).max(1);
+    const ROW_BLOCK: usize = 64;
+    let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(tb * rows).map(Mutex::new).collect();
+    pool.for_each(chunks.len(), &|i| {
+        let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
+        let nt = out.len() / rows;
+        let mut r0 = 0;
+        while r0 < rows {
+            let nr = ROW_BLOCK.min(rows - r0);
+            tile(r0, nr, i * tb, nt, &mut out[r0..], rows);
+            r0 += nr;
+        }
+    });
+}

@@ -1,0 +1,146 @@
+//! f32 helpers for the forward pass (norms, activations, attention), with runtime
+//! dispatch to the AVX2 versions in `arch::x86_64` and a scalar twin of each in
+//! `scalar::ops`. Length mismatches are the caller's bug: every function works on the
+//! common prefix (`min` of the lengths) and never panics on them.
+
+use half::f16;
+
+use crate::scalar::ops as sc;
+
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64 as x86;
+
+/// `Σ a[i]·b[i]`.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::dot_f32(&a[..n], &b[..n]);
+    }
+    sc::dot_f32(&a[..n], &b[..n])
+}
+
+/// `Σ a[i]·b[i]` with `a` in f16 (K cache row · f32 query).
+pub fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::dot_f16_f32(&a[..n], &b[..n]);
+    }
+    sc::dot_f16_f32(&a[..n], &b[..n])
+}
+
+/// `Σ a[i]·b[i]` of two f16 rows, as ggml computes K·q for an F16 K cache (it converts q
+/// to f16 first: use [`to_f16`]).
+pub fn dot_f16_f16(a: &[f16], b: &[f16]) -> f32 {
+    let n = a.len().min(b.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::dot_f16_f16(&a[..n], &b[..n]);
+    }
+    sc::dot_f16_f16(&a[..n], &b[..n])
+}
+
+/// `y[i] += a·x[i]` with `x` in f16 (V cache accumulation).
+pub fn axpy_f16(y: &mut [f32], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::axpy_f16(&mut y[..n], a, &x[..n]);
+    }
+    sc::axpy_f16(&mut y[..n], a, &x[..n])
+}
+
+/// `y[i] += a·x[i]`.
+pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::axpy_f32(&mut y[..n], a, &x[..n]);
+    }
+    sc::axpy_f32(&mut y[..n], a, &x[..n])
+}
+
+/// f32 → f16, round to nearest even (`ggml_cpu_fp32_to_fp16`).
+pub fn to_f16(x: &[f32], out: &mut [f16]) {
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = f16::from_f32(*v);
+    }
+}
+
+/// `out = x / sqrt(mean(x²) + eps) · w`, as `ggml_compute_forward_rms_norm_f32` (sum of
+/// squares in f64, `mean` and `scale` in f32, `(x·scale)·w`). Works on the common prefix
+/// of `x` and `out`; `w` shorter than that leaves the tail unscaled by `w`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    let sum = sc::sum_squares_f64(&x[..n]);
+    let mean = (sum / n as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for i in 0..n {
+        let v = x[i] * scale;
+        out[i] = if i < w.len() { v * w[i] } else { v };
+    }
+}
+
+/// In place: `x = exp(x - max) / Σ exp(x - max)` (`ggml_compute_forward_soft_max_f32`:
+/// sum in f64, then a scale by `1/sum`).
+pub fn softmax_inplace(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let s = (1.0 / sum) as f32;
+    scale_inplace(x, s);
+}
+
+/// In place: `gate = silu(gate) · up` (llama.cpp's swiglu).
+pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    sc::silu_mul_inplace(&mut gate[..n], &up[..n]);
+}
+
+/// In place: `gate = gelu(gate) · up` (geglu), GELU through ggml's f16 lookup table as
+/// ggml-cpu computes it (`GGML_GELU_FP16`).
+pub fn gelu_mul_inplace(gate: &mut [f32], up: &[f32]) {
+    let n = gate.len().min(up.len());
+    sc::gelu_mul_inplace(&mut gate[..n], &up[..n]);
+}
+
+/// `gelu(x)` as ggml-cpu computes it (f16 table).
+pub fn gelu(x: f32) -> f32 {
+    sc::gelu_table_f32(x)
+}
+
+/// `silu(x)`.
+pub fn silu(x: f32) -> f32 {
+    sc::silu(x)
+}
+
+/// `y[i] += x[i]`.
+pub fn add_inplace(y: &mut [f32], x: &[f32]) {
+    for (a, b) in y.iter_mut().zip(x) {
+        *a += b;
+    }
+}
+
+/// `y[i] *= x[i]`.
+pub fn mul_inplace(y: &mut [f32], x: &[f32]) {
+    for (a, b) in y.iter_mut().zip(x) {
+        *a *= b;
+    }
+}
+
+/// `y[i] *= s`.
+pub fn scale_inplace(y: &mut [f32], s: f32) {
+    for a in y.iter_mut() {
+        *a *= s;
+    }
+}

@@ -1,0 +1,254 @@
+//! A persistent worker pool with a low-overhead parallel-for, in the manner of ggml's
+//! threadpool: workers spin for a short while after each job (decode calls the pool a few
+//! hundred times per token, microseconds apart), then park on a condition variable.
+//!
+//! This file holds the crate's one `unsafe` outside `arch/`: the job closure is borrowed
+//! for the duration of [`Pool::for_each`] only, and workers see it as `'static`. The
+//! soundness argument is the same as `std::thread::scope`'s: `for_each` does not return
+//! (not even by unwinding) until every worker has finished with the closure and the slot
+//! holding it has been cleared.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+type Job = &'static (dyn Fn(usize) + Sync);
+
+/// How long an idle worker spins before it parks.
+const SPIN_FOR: Duration = Duration::from_millis(2);
+
+struct Shared {
+    job: Mutex<Option<Job>>,
+    generation: AtomicU64,
+    next: AtomicUsize,
+    n_items: AtomicUsize,
+    active: AtomicUsize,
+    n_sleeping: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+    panicked: AtomicBool,
+}
+
+/// A fixed set of worker threads; `n_threads` counts the calling thread, which takes part
+/// in every [`Pool::for_each`].
+pub struct Pool {
+    n_threads: usize,
+    shared: Arc<Shared>,
+    busy: AtomicBool,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("n_threads", &self.n_threads).finish()
+    }
+}
+
+impl Pool {
+    /// A pool of `n_threads` threads including the caller (`0` is treated as 1); starts
+    /// `n_threads - 1` workers.
+    pub fn new(n_threads: usize) -> Pool {
+        let n_threads = n_threads.max(1);
+        let shared = Arc::new(Shared {
+            job: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            next: AtomicUsize::new(0),
+            n_items: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            n_sleeping: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+        });
+        let workers = (1..n_threads)
+            .map(|i| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("qk-worker-{i}"))
+                    .spawn(move || worker(&s))
+                    .expect("spawning a pool worker thread")
+            })
+            .collect();
+        Pool { n_threads, shared, busy: AtomicBool::new(false), workers }
+    }
+
+    /// Threads taking part in a job, the caller included.
+    pub fn n_threads(&self) -> usize {
+        self.n_threads
+    }
+
+    /// Calls `f(i)` for every `i in 0..n_items`, spread over the pool's threads (items are
+    /// claimed one at a time from a shared counter), and returns when all calls are done.
+    /// A nested or concurrent call runs its items on the calling thread alone. A panic in
+    /// `f` is re-raised here after every thread has stopped using `f`.
+    pub fn for_each(&self, n_items: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n_items == 0 {
+            return;
+        }
+        if self.workers.is_empty()
+            || n_items == 1
+            || self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err()
+        {
+            (0..n_items).for_each(f);
+            return;
+        }
+        let s = &*self.shared;
+        // SAFETY: only the lifetime is changed. Workers reach `f` only through `s.job`,
+        // which is set below and cleared before this function returns; the wait on
+        // `s.active` below guarantees every worker has finished its last call of `f` (and
+        // dropped its copy of the reference) first. The caller's own calls are wrapped in
+        // `catch_unwind`, so no unwinding skips that wait.
+        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f) };
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        s.next.store(0, Ordering::Relaxed);
+        s.n_items.store(n_items, Ordering::Relaxed);
+        s.active.store(self.workers.len(), Ordering::Relaxed);
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.n_sleeping.load(Ordering::SeqCst) > 0 {
+            let _g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        run_items(s, f);
+        let mut spins = 0u32;
+        while s.active.load(Ordering::Acquire) != 0 {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4096) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let panicked = s.panicked.swap(false, Ordering::Relaxed);
+        self.busy.store(false, Ordering::Release);
+        if panicked {
+            panic!("a task run by quant_kernels::Pool::for_each panicked");
+        }
+    }
+}
+
+fn run_items(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
+    let n = s.n_items.load(Ordering::Relaxed);
+    loop {
+        let i = s.next.fetch_add(1, Ordering::Relaxed);
+        if i >= n || s.panicked.load(Ordering::Relaxed) {
+            break;
+        }
+        if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+fn worker(s: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        // Spin, then park, until a new generation is published.
+        let start = Instant::now();
+        let mut spins = 0u32;
+        let mut gen = s.generation.load(Ordering::Acquire);
+        while gen == seen {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && start.elapsed() > SPIN_FOR {
+                s.n_sleeping.fetch_add(1, Ordering::SeqCst);
+                let mut g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+                while s.generation.load(Ordering::SeqCst) == seen {
+                    g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+                drop(g);
+                s.n_sleeping.fetch_sub(1, Ordering::SeqCst);
+            }
+            gen = s.generation.load(Ordering::Acquire);
+        }
+        seen = gen;
+        if s.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = job {
+            run_items(s, f);
+        }
+        s.active.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        s.shutdown.store(true, Ordering::SeqCst);
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        {
+            let _g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn every_item_once() {
+        for threads in 1..=4 {
+            let pool = Pool::new(threads);
+            for n in [0usize, 1, 2, 3, 7, 100, 1000] {
+                let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+                pool.for_each(n, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "threads {threads} n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn nested_runs_inline() {
+        let pool = Pool::new(3);
+        let total = AtomicU32::new(0);
+        pool.for_each(4, &|_| {
+            pool.for_each(5, &|_| {
+                total.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 20);
+    }
+
+    #[test]
+    fn panic_propagates_and_pool_survives() {
+        let pool = Pool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.for_each(16, &|i| {
+                if i == 7 {
+                    panic!("boom");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        let count = AtomicU32::new(0);
+        pool.for_each(10, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 10);
+    }
+
+    #[test]
+    fn wakes_after_parking() {
+        let pool = Pool::new(2);
+        std::thread::sleep(SPIN_FOR * 3);
+        let count = AtomicU32::new(0);
+        pool.for_each(50, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 50);
+    }
+}
