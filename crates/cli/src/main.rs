@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use gguf_cli::{fetch, inspect};
+use gguf_cli::{engine, fetch, inspect};
 use gguf_format::GgufFile;
 
 // Link every built-in quant type into the binary (inventory registrations).
@@ -53,10 +53,22 @@ enum Command {
     },
     /// List the registered quant types.
     Types,
+    /// Generate text from a prompt (default model if no -m).
+    Run(engine::RunArgs),
+    /// Write every position's logits as raw f32 ([n_tokens][n_vocab]).
+    Logits(engine::LogitsArgs),
+    /// Measure prompt processing and generation speed, like llama-bench.
+    Bench(engine::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Ctrl-C: the first stops generation cleanly, a second one exits at once.
+    let _ = ctrlc::set_handler(|| {
+        if engine::INTERRUPTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            std::process::exit(130);
+        }
+    });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -104,6 +116,9 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", p.display());
             Ok(())
         }
+        Command::Run(a) => engine::run(&a),
+        Command::Logits(a) => engine::logits(&a),
+        Command::Bench(a) => engine::bench(&a),
         Command::Types => {
             println!("{:>4}  {:<10} {:>6} {:>6}  quantize", "id", "name", "block", "bytes");
             for t in ggml_quants::all() {

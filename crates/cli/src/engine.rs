@@ -1,0 +1,425 @@
+//! `gguf run`, `chat`, `logits` and `bench`: the engine behind the command line.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use models::{CacheType, Logits, Model, Sampler, SamplerParams, State, StateOptions};
+use tokenizer::Tokenizer;
+
+use crate::fetch;
+
+/// Set by the Ctrl-C handler; generation loops poll it.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Model and context options shared by the engine commands (llama.cpp's names).
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The GGUF model; without it, the default model (fetched on first use).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Context size in tokens (0 = the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx_size: usize,
+    /// Largest number of tokens evaluated at once.
+    #[arg(long = "ubatch-size", short = 'u', default_value_t = 512)]
+    pub ubatch: usize,
+    /// K cache type: f16, f32 or q8_0.
+    #[arg(long = "cache-type-k", short = 'k', default_value = "f16")]
+    pub cache_type_k: String,
+    /// V cache type: f16, f32 or q8_0.
+    #[arg(long = "cache-type-v", default_value = "f16")]
+    pub cache_type_v: String,
+}
+
+/// Sampling options.
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// Temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0 = off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens of history for the repetition penalty.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// RNG seed (default: random).
+    #[arg(short = 's', long)]
+    pub seed: Option<u64>,
+}
+
+impl SampleArgs {
+    fn params(&self) -> SamplerParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        });
+        SamplerParams {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed,
+        }
+    }
+}
+
+/// `gguf run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// The prompt.
+    #[arg(short = 'p', long)]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
+    file: Option<PathBuf>,
+    /// Prompt as token ids instead of text (`1,2,3`).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "file"])]
+    tokens: Option<Vec<u32>>,
+    /// Tokens to generate (-1 = until end of generation or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// Stop when the output contains this text (repeatable).
+    #[arg(short = 'r', long = "reverse-prompt")]
+    reverse_prompt: Vec<String>,
+    /// Do not add the BOS token even if the model asks for it.
+    #[arg(long = "no-bos")]
+    no_bos: bool,
+    /// Print one JSON object (token ids, text, timings) instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `gguf logits`.
+#[derive(Args, Debug)]
+pub struct LogitsArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long)]
+    prompt: Option<String>,
+    /// Token ids instead of text (`1,2,3`).
+    #[arg(long, value_delimiter = ',', conflicts_with = "prompt")]
+    tokens: Option<Vec<u32>>,
+    /// Output file: raw little-endian f32, `[n_tokens][n_vocab]`.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+}
+
+/// `gguf bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens per pp test (0 = skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens per tg test (0 = skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A loaded model with its tokenizer.
+pub struct Loaded {
+    /// The mapped file.
+    pub file: Arc<gguf_format::GgufFile>,
+    /// The model.
+    pub model: Box<dyn Model>,
+    /// Its tokenizer.
+    pub tok: Tokenizer,
+    /// Load time in milliseconds.
+    pub load_ms: f64,
+}
+
+fn progress(line: &str) {
+    eprintln!("{line}");
+}
+
+/// Resolves `-m` (or the default model) and loads model and tokenizer.
+pub fn load(args: &ModelArgs) -> Result<Loaded> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => fetch::ensure(fetch::default_model(), &mut progress)?,
+    };
+    let t0 = Instant::now();
+    let (file, model) = models::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tok = Tokenizer::from_gguf(file.metadata()).with_context(|| format!("tokenizer of {}", path.display()))?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok(Loaded { file, model, tok, load_ms })
+}
+
+pub(crate) fn state(l: &Loaded, args: &ModelArgs) -> Result<Box<dyn State>> {
+    let opts = StateOptions {
+        n_ctx: args.ctx_size,
+        n_threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        cache_type_k: CacheType::parse(&args.cache_type_k)?,
+        cache_type_v: CacheType::parse(&args.cache_type_v)?,
+        n_ubatch: args.ubatch,
+    };
+    if opts.n_threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    Ok(l.model.new_state(&opts)?)
+}
+
+/// Peak resident memory of this process (VmHWM), bytes.
+pub fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).map(|kb| kb * 1024))
+        })
+        .unwrap_or(0)
+}
+
+fn prompt_tokens(
+    l: &Loaded,
+    prompt: Option<&str>,
+    file: Option<&Path>,
+    tokens: Option<&[u32]>,
+    no_bos: bool,
+) -> Result<Vec<u32>> {
+    if let Some(t) = tokens {
+        return Ok(t.to_vec());
+    }
+    let text = match (prompt, file) {
+        (Some(p), _) => p.to_string(),
+        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, None) => bail!("no prompt: give -p TEXT, -f FILE or --tokens"),
+    };
+    let mut ids = l.tok.encode(&text, !no_bos, true)?;
+    if no_bos && l.tok.add_bos() {
+        if let (Some(b), Some(&first)) = (l.tok.bos(), ids.first()) {
+            if first == b {
+                ids.remove(0);
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// `gguf run`.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let l = load(&args.model)?;
+    let mut st = state(&l, &args.model)?;
+    let prompt = prompt_tokens(&l, args.prompt.as_deref(), args.file.as_deref(), args.tokens.as_deref(), args.no_bos)?;
+    if prompt.is_empty() {
+        bail!("the prompt is empty (no tokens)");
+    }
+    if prompt.len() > st.n_ctx() {
+        bail!("the prompt is {} tokens, longer than the context of {} (use a larger -c)", prompt.len(), st.n_ctx());
+    }
+    let mut sampler = Sampler::new(args.sample.params());
+    for &t in &prompt {
+        sampler.accept(t);
+    }
+    let t0 = Instant::now();
+    let mut logits = l.model.forward(st.as_mut(), &prompt, Logits::Last)?;
+    let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let mut out_ids = Vec::new();
+    let mut text = Vec::<u8>::new();
+    let mut stream = l.tok.stream_decoder(false);
+    let mut stdout = std::io::stdout().lock();
+    let limit = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
+    let mut stop_reason = "length";
+    while out_ids.len() < limit {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            stop_reason = "interrupted";
+            break;
+        }
+        let id = sampler.sample(&logits);
+        if l.tok.is_eog(id) {
+            stop_reason = "eog";
+            break;
+        }
+        sampler.accept(id);
+        out_ids.push(id);
+        let piece = stream.push(id)?;
+        text.extend_from_slice(piece.as_bytes());
+        if !args.json {
+            stdout.write_all(piece.as_bytes())?;
+            stdout.flush()?;
+        }
+        if args.reverse_prompt.iter().any(|r| !r.is_empty() && String::from_utf8_lossy(&text).contains(r.as_str())) {
+            stop_reason = "reverse-prompt";
+            break;
+        }
+        if out_ids.len() >= limit {
+            break;
+        }
+        if st.n_past() + 1 > st.n_ctx() {
+            stop_reason = "context";
+            break;
+        }
+        logits = l.model.forward(st.as_mut(), &[id], Logits::Last)?;
+    }
+    let tail = stream.finish();
+    text.extend_from_slice(tail.as_bytes());
+    let gen_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let n_gen = out_ids.len();
+    let pp_tps = prompt.len() as f64 / (prompt_ms / 1e3);
+    let tg_tps = if gen_ms > 0.0 { n_gen as f64 / (gen_ms / 1e3) } else { 0.0 };
+    if args.json {
+        let v = serde_json::json!({
+            "prompt_tokens": prompt,
+            "tokens": out_ids,
+            "text": String::from_utf8_lossy(&text),
+            "stop": stop_reason,
+            "timings": {
+                "load_ms": l.load_ms,
+                "prompt_ms": prompt_ms,
+                "prompt_tokens_per_s": pp_tps,
+                "gen_ms": gen_ms,
+                "gen_tokens_per_s": tg_tps,
+                "peak_rss_bytes": peak_rss(),
+            }
+        });
+        writeln!(stdout, "{v}")?;
+    } else {
+        stdout.write_all(tail.as_bytes())?;
+        writeln!(stdout)?;
+        stdout.flush()?;
+        eprintln!(
+            "\n[{}] load {:.0} ms | prompt {} tokens, {:.1} tok/s | generated {} tokens, {:.1} tok/s | peak RSS {:.1} MiB | stop: {stop_reason}",
+            l.model.describe(),
+            l.load_ms,
+            prompt.len(),
+            pp_tps,
+            n_gen,
+            tg_tps,
+            peak_rss() as f64 / 1048576.0
+        );
+    }
+    if stop_reason == "interrupted" {
+        bail!("interrupted (Ctrl-C) after {n_gen} generated tokens");
+    }
+    Ok(())
+}
+
+/// `gguf logits`.
+pub fn logits(args: &LogitsArgs) -> Result<()> {
+    let l = load(&args.model)?;
+    let mut st = state(&l, &args.model)?;
+    let toks = prompt_tokens(&l, args.prompt.as_deref(), None, args.tokens.as_deref(), false)?;
+    if toks.is_empty() {
+        bail!("no tokens to evaluate");
+    }
+    let t0 = Instant::now();
+    let out = l.model.forward(st.as_mut(), &toks, Logits::All)?;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut bytes = Vec::with_capacity(out.len() * 4);
+    for v in &out {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    crate::write_atomic(&args.output, &bytes)?;
+    eprintln!(
+        "wrote {} x {} logits to {} ({:.0} ms, {:.1} tok/s)",
+        toks.len(),
+        l.model.n_vocab(),
+        args.output.display(),
+        ms,
+        toks.len() as f64 / (ms / 1e3)
+    );
+    Ok(())
+}
+
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let v = if xs.len() > 1 { xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+    (m, v.sqrt())
+}
+
+/// `gguf bench`: prompt processing (one batch of `-p` tokens) and generation (`-n`
+/// single-token steps from an empty context), like llama-bench.
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    let l = load(&args.model)?;
+    let threads = args.model.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let n_vocab = l.model.n_vocab() as u32;
+    let tok = |i: usize| ((i as u64 * 2654435761) % n_vocab as u64) as u32;
+    let mut results = Vec::new();
+    let mut st = state(&l, &args.model)?;
+    // warm-up, as llama-bench does
+    l.model.forward(st.as_mut(), &[tok(0)], Logits::Last)?;
+    let mut tests = Vec::new();
+    if args.n_prompt > 0 {
+        tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0));
+    }
+    if args.n_gen > 0 {
+        tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
+    }
+    for (name, np, ng) in tests {
+        let mut samples = Vec::new();
+        for _ in 0..args.reps.max(1) {
+            st.truncate(0);
+            let t0 = Instant::now();
+            if np > 0 {
+                let toks: Vec<u32> = (0..np).map(tok).collect();
+                l.model.forward(st.as_mut(), &toks, Logits::Last)?;
+            }
+            for i in 0..ng {
+                l.model.forward(st.as_mut(), &[tok(i)], Logits::Last)?;
+            }
+            samples.push((np + ng) as f64 / t0.elapsed().as_secs_f64());
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                bail!("interrupted (Ctrl-C)");
+            }
+        }
+        let (avg, sd) = mean_std(&samples);
+        results.push((name, np, ng, avg, sd, samples));
+    }
+    let path = l.file.path().display().to_string();
+    if args.json {
+        let v = serde_json::json!({
+            "model": path,
+            "n_threads": threads,
+            "load_ms": l.load_ms,
+            "peak_rss_bytes": peak_rss(),
+            "results": results.iter().map(|(name, np, ng, avg, sd, s)| serde_json::json!({
+                "test": name, "n_prompt": np, "n_gen": ng, "avg_ts": avg, "stddev_ts": sd, "samples_ts": s
+            })).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        let size = l.file.file_size() as f64 / 1048576.0;
+        println!("| model | size | backend | threads | test | t/s |");
+        println!("| --- | ---: | --- | ---: | ---: | ---: |");
+        let name = Path::new(&path).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or(path.clone());
+        for (test, _, _, avg, sd, _) in &results {
+            println!("| {name} | {size:.2} MiB | CPU | {threads} | {test} | {avg:.2} ± {sd:.2} |");
+        }
+        eprintln!("load {:.0} ms, peak RSS {:.1} MiB", l.load_ms, peak_rss() as f64 / 1048576.0);
+    }
+    Ok(())
+}
