@@ -2,12 +2,12 @@
 //! RMSNorm, GQA attention with RoPE over a KV cache, SwiGLU/GeGLU or top-k MoE FFN.
 //! Architectures differ only in the [`Spec`] they build from their metadata.
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 
 use gguf_format::GgufFile;
 use half::f16;
 use quant_kernels::{matmul, ops, Matrix, Pool};
-use rayon::prelude::*;
 
 use crate::hparams::Hparams;
 use crate::kv_cache::{CacheType, KvCache};
@@ -236,13 +236,24 @@ fn type_error(t: &TensorRef, e: Error) -> Error {
     Error::TensorType { name: t.name.clone(), type_name: t.type_name(), why: e.to_string() }
 }
 
+/// Per-thread attention scratch (scores over the context, a decoded row, a query head).
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    tmp: Vec<f32>,
+    qh: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
 /// Inference state of a [`Transformer`].
 pub struct TransformerState {
     kv: KvCache,
     n_past: usize,
     n_ubatch: usize,
     pool: Pool,
-    rayon: rayon::ThreadPool,
 }
 
 impl State for TransformerState {
@@ -355,11 +366,15 @@ impl Transformer {
             let (kc, vc) = (&st.kv.k[il], &st.kv.v[il]);
             let window = if layer.swa { self.spec.swa.as_ref().map(|s| s.window) } else { None };
             let round_q = matches!(kc_type(kc), CacheType::F16);
-            let qref = &q;
-            st.rayon.install(|| {
-                o.par_chunks_mut(hv).enumerate().for_each_init(
-                    || (Vec::new(), vec![0.0f32; hk.max(hv)], vec![0.0f32; hk]),
-                    |(scores, scratch, qh), (i, out)| {
+            {
+                let qref = &q;
+                let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
+                st.pool.for_each(n * nh, &|i| {
+                    SCRATCH.with(|cell| {
+                        let mut guard = cell.borrow_mut();
+                        let Scratch { scores, tmp, qh } = &mut *guard;
+                        tmp.resize(hk.max(hv), 0.0);
+                        qh.resize(hk, 0.0);
                         let (t, head) = (i / nh, i % nh);
                         let kvh = head / group;
                         let pos = p0 + t;
@@ -374,7 +389,7 @@ impl Transformer {
                         scores.clear();
                         let mut max = f32::NEG_INFINITY;
                         for j in lo..=pos {
-                            let s = kc.dot(j, kvh * hk, qh, scratch) * scale;
+                            let s = kc.dot(j, kvh * hk, qh, tmp) * scale;
                             max = max.max(s);
                             scores.push(s);
                         }
@@ -383,14 +398,15 @@ impl Transformer {
                             *s = (*s - max).exp();
                             sum += *s;
                         }
+                        let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
                         out.fill(0.0);
                         let inv = 1.0 / sum;
                         for (j, s) in (lo..=pos).zip(scores.iter()) {
-                            vc.axpy(j, kvh * hv, s * inv, out, scratch);
+                            vc.axpy(j, kvh * hv, s * inv, &mut out, tmp);
                         }
-                    },
-                )
-            });
+                    })
+                });
+            }
             self.mm(&st.pool, &layer.wo, &o, n, &mut a)?;
             add_bias(&mut a, &layer.bo);
             if let Some(w) = &layer.post_attn_norm {
@@ -550,17 +566,7 @@ impl Model for Transformer {
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
         let threads = opts.n_threads.max(1);
-        let rayon = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| Error::Invalid(format!("thread pool: {e}")))?;
-        Ok(Box::new(TransformerState {
-            kv,
-            n_past: 0,
-            n_ubatch: opts.n_ubatch.max(1),
-            pool: Pool::new(threads),
-            rayon,
-        }))
+        Ok(Box::new(TransformerState { kv, n_past: 0, n_ubatch: opts.n_ubatch.max(1), pool: Pool::new(threads) }))
     }
 
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
