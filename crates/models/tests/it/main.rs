@@ -284,3 +284,19 @@ fn a_third_party_architecture_registers_and_runs() {
     assert!(l.iter().all(|x| x.abs() <= 5.0), "softcap applies");
     check_incremental(m.as_ref(), 6, 1);
 }
+
+#[test]
+fn an_unknown_tensor_type_is_named() {
+    let (_d, p) = tmp("x.gguf");
+    write_tiny(&Tiny::llama(), &p, None, &[]);
+    let mut bytes = std::fs::read(&p).unwrap();
+    let name = b"blk.0.attn_q.weight";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len();
+    // n_dims (u32), two u64 dims, then the type id
+    let ty = at + 4 + 16;
+    assert_eq!(u32::from_le_bytes(bytes[ty..ty + 4].try_into().unwrap()), 0);
+    bytes[ty..ty + 4].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    let err = models::load(&p).err().unwrap().to_string();
+    assert!(err.contains("blk.0.attn_q.weight") && err.contains("99"), "{err}");
+}
