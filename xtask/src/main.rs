@@ -14,6 +14,7 @@ mod bench_models;
 mod ggml;
 mod llama;
 mod llama_cpp;
+mod llama_vocab;
 mod models;
 mod requant;
 mod synth;
@@ -33,6 +34,7 @@ commands:
   llama-cpp [--lib-only] [--force]  build llama.cpp (llama-cpp-python 0.3.36 sdist) in the cache;
                                     --lib-only: just libggml-base (what verify needs)
   verify [quants|gguf|all]          compare against the llama.cpp build (default: all)
+  verify tokenizer [--quick]        tokenizer vs libllama: fixtures, >=1 MB corpus, pieces, eog
       --quick                       smaller counts (CI)
       --seed N                      RNG seed (default 0x5eed)
       --type NAME                   only this quant type (repeatable; quants only)
@@ -177,6 +179,9 @@ fn real_main() -> Result<()> {
                         synth_seed: synth::SEED,
                     };
                     verify::logits::run(&cache, &lo, &mut report)?
+                }
+                "tokenizer" => {
+                    verify::tokenizer::run(&cache, &verify::tokenizer::TokOpts { quick: args.quick }, &mut report)?
                 }
                 "all" => {
                     verify::quants::run(&cache, &opts, &mut report)?;

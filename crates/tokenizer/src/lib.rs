@@ -1,3 +1,1270 @@
-//! Tokenizers rebuilt from GGUF metadata (BPE, SentencePiece, WordPiece, UGM) and chat
-//! templates. Filled by the tokenizer issue.
+//! Tokenizers rebuilt from GGUF metadata, identical to llama.cpp's (`llama-vocab.cpp`,
+//! `unicode.cpp` at the pinned commit), and chat templates.
+//!
+//! - [`Tokenizer::from_gguf`] reads `tokenizer.ggml.*`: the model (`gpt2` byte-level
+//!   BPE, `llama` SentencePiece, `bert` WordPiece, `t5` unigram, `gemma4` SPM-style BPE),
+//!   the pre-tokenizer (`tokenizer.ggml.pre`, from the [`pretok`] registry), token kinds,
+//!   special ids and flags.
+//! - [`Tokenizer::encode`] is `llama_tokenize`; [`Tokenizer::token_to_piece`] is
+//!   `llama_token_to_piece`; [`Tokenizer::decode`] is `llama_detokenize`;
+//!   [`StreamDecoder`] emits only complete UTF-8.
+//! - [`chat`] renders `tokenizer.chat_template` (Jinja, via minijinja) or a named
+//!   built-in template.
 #![deny(missing_docs)]
+
+mod bpe;
+
+mod hash;
+pub mod pretok;
+pub mod regex;
+mod spm;
+mod ugm;
+pub mod unicode;
+mod unicode_data;
+mod wpm;
+
+use std::collections::BTreeSet;
+
+use gguf_format::{Array, Metadata, Value};
+
+use hash::FxHashMap;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A required metadata key is absent.
+    #[error("missing metadata key {0}")]
+    MissingKey(String),
+    /// A metadata key has the wrong type or an invalid value.
+    #[error("bad metadata {key}: {message}")]
+    BadMetadata {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// `tokenizer.ggml.model` names a model this crate does not implement.
+    #[error("unknown tokenizer model '{name}' (known: {known})")]
+    UnknownModel {
+        /// The name found.
+        name: String,
+        /// The known names.
+        known: String,
+    },
+    /// `tokenizer.ggml.pre` names a pre-tokenizer llama.cpp does not accept.
+    #[error("unknown pre-tokenizer type '{name}' (known: {known})")]
+    UnknownPreTokenizer {
+        /// The name found.
+        name: String,
+        /// The known names.
+        known: String,
+    },
+    /// A pre-tokenizer regex failed to compile.
+    #[error("bad regex '{pattern}': {message}")]
+    Regex {
+        /// The pattern.
+        pattern: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A token id is not in the vocabulary.
+    #[error("token id {id} out of range (vocabulary has {n_vocab} tokens)")]
+    TokenOutOfRange {
+        /// The id.
+        id: u32,
+        /// The vocabulary size.
+        n_vocab: usize,
+    },
+    /// Byte fallback needs a token the vocabulary lacks.
+    #[error("no token for byte 0x{0:02X} in the vocabulary")]
+    NoByteToken(u8),
+    /// The text decodes to a codepoint above U+10FFFF (llama.cpp throws here too).
+    #[error("invalid codepoint U+{0:X} in input")]
+    InvalidCodepoint(u32),
+    /// A special token the operation needs is not defined.
+    #[error("the vocabulary has no {0} token")]
+    MissingSpecial(&'static str),
+    /// A chat template failed to parse or render.
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Token attribute bits (llama.cpp's `llama_token_attr`).
+pub const ATTR_UNKNOWN: u32 = 1 << 0;
+/// Unused token.
+pub const ATTR_UNUSED: u32 = 1 << 1;
+/// Normal token.
+pub const ATTR_NORMAL: u32 = 1 << 2;
+/// Control token.
+pub const ATTR_CONTROL: u32 = 1 << 3;
+/// User-defined token.
+pub const ATTR_USER_DEFINED: u32 = 1 << 4;
+/// Byte token (`<0xXX>`).
+pub const ATTR_BYTE: u32 = 1 << 5;
+/// Strip whitespace to the left when parsing special text.
+pub const ATTR_LSTRIP: u32 = 1 << 7;
+/// Strip whitespace to the right when parsing special text.
+pub const ATTR_RSTRIP: u32 = 1 << 8;
+
+/// One vocabulary entry.
+#[derive(Debug, Clone)]
+pub struct TokenData {
+    /// The token's text as stored in the file.
+    pub text: Vec<u8>,
+    /// Score (SPM/UGM) or 0.
+    pub score: f32,
+    /// Attribute bits (`ATTR_*`).
+    pub attr: u32,
+}
+
+/// Special token ids.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpecialIds {
+    /// Beginning of sequence.
+    pub bos: Option<u32>,
+    /// End of sequence.
+    pub eos: Option<u32>,
+    /// End of turn.
+    pub eot: Option<u32>,
+    /// End of message.
+    pub eom: Option<u32>,
+    /// Unknown.
+    pub unk: Option<u32>,
+    /// Separator.
+    pub sep: Option<u32>,
+    /// Padding.
+    pub pad: Option<u32>,
+    /// Mask.
+    pub mask: Option<u32>,
+    /// Fill-in-the-middle prefix.
+    pub fim_pre: Option<u32>,
+    /// FIM suffix.
+    pub fim_suf: Option<u32>,
+    /// FIM middle.
+    pub fim_mid: Option<u32>,
+    /// FIM pad.
+    pub fim_pad: Option<u32>,
+    /// FIM repo.
+    pub fim_rep: Option<u32>,
+    /// FIM file separator.
+    pub fim_sep: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelKind {
+    Spm,
+    Bpe,
+    Wpm,
+    Ugm,
+}
+
+/// The tokenizer models this crate implements, by `tokenizer.ggml.model` name.
+pub const KNOWN_MODELS: &[&str] = &["gpt2", "llama", "bert", "t5", "gemma4"];
+
+/// The vocabulary and its flags (llama.cpp's `llama_vocab::impl`).
+#[derive(Debug)]
+pub(crate) struct Vocab {
+    pub(crate) tokens: Vec<TokenData>,
+    token_to_id: FxHashMap<Vec<u8>, u32>,
+    pub(crate) special: SpecialIds,
+    pub(crate) max_token_len: usize,
+    kind: ModelKind,
+    add_space_prefix: bool,
+    add_bos: bool,
+    add_eos: bool,
+    add_sep: bool,
+    pub(crate) ignore_merges: bool,
+    clean_spaces: bool,
+    remove_extra_whitespaces: bool,
+    escape_whitespaces: bool,
+    treat_whitespace_as_suffix: bool,
+    pub(crate) lowercase: bool,
+    pub(crate) strip_accents: bool,
+    /// Control/user-defined/unknown tokens, longest text first.
+    cache_special: Vec<u32>,
+    /// `token_to_piece(id, special = true)` for every token.
+    pieces: Vec<Vec<u8>>,
+    eog: BTreeSet<u32>,
+}
+
+impl Vocab {
+    #[inline]
+    pub(crate) fn text_to_token(&self, t: &[u8]) -> Option<u32> {
+        self.token_to_id.get(t).copied()
+    }
+
+    pub(crate) fn byte_to_token(&self, b: u8) -> Result<u32> {
+        match self.kind {
+            ModelKind::Spm | ModelKind::Ugm => self
+                .text_to_token(format!("<0x{b:02X}>").as_bytes())
+                .or_else(|| self.text_to_token(&[b]))
+                .ok_or(Error::NoByteToken(b)),
+            ModelKind::Bpe | ModelKind::Wpm => {
+                let mut s = Vec::new();
+                unicode::push_utf8(&mut s, unicode::byte_to_cpt_table()[b as usize]);
+                self.text_to_token(&s).ok_or(Error::NoByteToken(b))
+            }
+        }
+    }
+
+    fn token_to_byte(&self, id: u32) -> u8 {
+        let t = &self.tokens[id as usize].text;
+        // strtol of text[3..5] in base 16
+        let hex = t.get(3..5).unwrap_or(b"");
+        let mut v: u32 = 0;
+        for &c in hex {
+            match (c as char).to_digit(16) {
+                Some(d) => v = v * 16 + d,
+                None => break,
+            }
+        }
+        v as u8
+    }
+
+    /// The piece of a token as llama.cpp caches it (`special = true`).
+    fn piece_uncached(&self, id: u32) -> Vec<u8> {
+        let t = &self.tokens[id as usize];
+        let attr = t.attr;
+        if attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0 {
+            return t.text.clone();
+        }
+        let unescape = |s: &[u8]| -> Vec<u8> {
+            let mut out = Vec::with_capacity(s.len());
+            let mut i = 0;
+            while i < s.len() {
+                if s[i..].starts_with("\u{2581}".as_bytes()) {
+                    out.push(b' ');
+                    i += 3;
+                } else {
+                    out.push(s[i]);
+                    i += 1;
+                }
+            }
+            out
+        };
+        match self.kind {
+            ModelKind::Spm | ModelKind::Wpm | ModelKind::Ugm | ModelKind::Bpe => {
+                if attr & ATTR_NORMAL != 0 {
+                    if self.kind != ModelKind::Bpe || self.escape_whitespaces {
+                        return unescape(&t.text);
+                    }
+                    return decode_gpt2_text(&t.text);
+                }
+                if attr & ATTR_BYTE != 0 {
+                    return vec![self.token_to_byte(id)];
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// llama.cpp's `llama_decode_text`: GPT-2 byte-level text back to bytes; a codepoint
+/// outside the byte table becomes `[UNK_BYTE_0x..<text>]`.
+fn decode_gpt2_text(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in unicode::cpts_from_utf8(text) {
+        match unicode::cpt_to_byte(c) {
+            Some(b) => out.push(b),
+            None => {
+                let mut u = Vec::new();
+                unicode::push_utf8(&mut u, c);
+                out.extend_from_slice(b"[UNK_BYTE_0x");
+                for b in &u {
+                    out.extend_from_slice(format!("{b:02x}").as_bytes());
+                }
+                out.extend_from_slice(text);
+                out.push(b']');
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug)]
+enum Model {
+    Spm,
+    Bpe(Box<bpe::Bpe>),
+    Wpm,
+    Ugm(Box<ugm::Ugm>),
+}
+
+/// A tokenizer built from GGUF metadata.
+#[derive(Debug)]
+pub struct Tokenizer {
+    vocab: Vocab,
+    model: Model,
+    model_name: String,
+    pre_name: Option<String>,
+}
+
+fn get_bool(md: &Metadata, key: &str) -> Result<Option<bool>> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(Error::BadMetadata {
+            key: key.into(),
+            message: format!("expected bool, found {}", v.value_type().name()),
+        }),
+    }
+}
+
+fn get_id(md: &Metadata, key: &str) -> Result<Option<u64>> {
+    match md.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| Error::BadMetadata {
+            key: key.into(),
+            message: format!("expected an unsigned integer, found {}", v.value_type().name()),
+        }),
+    }
+}
+
+/// Texts llama.cpp treats as end-of-generation (`special_eog_ids`).
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+impl Tokenizer {
+    /// Builds the tokenizer described by `md` (the `tokenizer.ggml.*` keys), as
+    /// llama.cpp's `llama_vocab::load` does.
+    pub fn from_gguf(md: &Metadata) -> Result<Tokenizer> {
+        let model_name = md
+            .get_str("tokenizer.ggml.model")
+            .ok_or_else(|| Error::MissingKey("tokenizer.ggml.model".into()))?
+            .to_string();
+        let mut pre_name = md.get_str("tokenizer.ggml.pre").map(str::to_string);
+        let unknown_model = || Error::UnknownModel { name: model_name.clone(), known: KNOWN_MODELS.join(", ") };
+        let mut sp = SpecialIds::default();
+        let (kind, mut add_space_prefix, add_bos, add_eos, add_sep, clean_spaces);
+        let mut escape_whitespaces = true;
+        let mut ignore_merges = false;
+        let mut no_lowercase = false;
+        let mut pre: Option<&'static pretok::PreTokenizer> = None;
+        match model_name.as_str() {
+            "llama" => {
+                kind = ModelKind::Spm;
+                (sp.bos, sp.eos, sp.unk) = (Some(1), Some(2), Some(0));
+            }
+            "bert" => {
+                kind = ModelKind::Wpm;
+                (sp.bos, sp.unk, sp.sep, sp.pad, sp.mask) = (Some(101), Some(100), Some(102), Some(0), Some(103));
+            }
+            "gpt2" | "gemma4" => {
+                kind = ModelKind::Bpe;
+                if model_name == "gemma4" {
+                    pre_name = Some("gemma4".into());
+                } else {
+                    (sp.bos, sp.eos) = (Some(11), Some(11));
+                }
+            }
+            "t5" => {
+                kind = ModelKind::Ugm;
+                (sp.eos, sp.unk, sp.pad) = (Some(1), Some(2), Some(0));
+            }
+            _ => return Err(unknown_model()),
+        }
+        match kind {
+            ModelKind::Bpe => {
+                let p = match pre_name.as_deref() {
+                    None | Some("") => pretok::lookup("default")?,
+                    Some(n) => pretok::lookup(n)?,
+                };
+                add_space_prefix = false;
+                escape_whitespaces = p.flags.escape_whitespaces;
+                clean_spaces = p.flags.clean_spaces;
+                ignore_merges = p.flags.ignore_merges;
+                add_bos = p.flags.add_bos;
+                add_eos = false;
+                add_sep = p.flags.add_sep;
+                no_lowercase = p.flags.no_lowercase;
+                if p.flags.no_bos {
+                    sp.bos = None;
+                }
+                pre = Some(p);
+            }
+            ModelKind::Spm => {
+                (add_space_prefix, clean_spaces, add_bos, add_eos, add_sep) = (true, false, true, false, false);
+            }
+            ModelKind::Wpm => {
+                (add_space_prefix, clean_spaces, add_bos, add_eos, add_sep) = (false, true, true, false, true);
+            }
+            ModelKind::Ugm => {
+                (add_space_prefix, clean_spaces, add_bos, add_eos, add_sep) = (false, false, false, true, false);
+            }
+        }
+        let _ = no_lowercase;
+        if let Some(v) = get_bool(md, "tokenizer.ggml.add_space_prefix")? {
+            add_space_prefix = v;
+        }
+        let remove_extra_whitespaces = get_bool(md, "tokenizer.ggml.remove_extra_whitespaces")?.unwrap_or(false);
+
+        // tokens, scores, types
+        let list =
+            md.get_array("tokenizer.ggml.tokens").ok_or_else(|| Error::MissingKey("tokenizer.ggml.tokens".into()))?;
+        let Array::String(words) = list else {
+            return Err(Error::BadMetadata {
+                key: "tokenizer.ggml.tokens".into(),
+                message: "expected an array of strings".into(),
+            });
+        };
+        let n = words.len();
+        if n == 0 || n > u32::MAX as usize / 2 {
+            return Err(Error::BadMetadata { key: "tokenizer.ggml.tokens".into(), message: format!("{n} tokens") });
+        }
+        let scores: Option<Vec<f32>> = match md.get_array("tokenizer.ggml.scores") {
+            None => None,
+            Some(a) => {
+                let v: Vec<f32> = match a {
+                    Array::F32(v) => v.clone(),
+                    Array::I32(v) => v.iter().map(|&x| x as f32).collect(),
+                    _ => {
+                        return Err(Error::BadMetadata {
+                            key: "tokenizer.ggml.scores".into(),
+                            message: "expected f32[] or i32[]".into(),
+                        })
+                    }
+                };
+                if v.len() < n {
+                    return Err(Error::BadMetadata {
+                        key: "tokenizer.ggml.scores".into(),
+                        message: format!("{} scores for {n} tokens", v.len()),
+                    });
+                }
+                Some(v)
+            }
+        };
+        let types: Option<&[i32]> = match md.get_array("tokenizer.ggml.token_type") {
+            None => None,
+            Some(Array::I32(v)) => {
+                if v.len() < n {
+                    return Err(Error::BadMetadata {
+                        key: "tokenizer.ggml.token_type".into(),
+                        message: format!("{} types for {n} tokens", v.len()),
+                    });
+                }
+                Some(v)
+            }
+            Some(_) => {
+                return Err(Error::BadMetadata {
+                    key: "tokenizer.ggml.token_type".into(),
+                    message: "expected i32[]".into(),
+                })
+            }
+        };
+        let mut tokens = Vec::with_capacity(n);
+        let mut token_to_id: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
+        token_to_id.reserve(n);
+        let mut max_token_len = 0;
+        for (i, w) in words.iter().enumerate() {
+            let text = if w.is_empty() { format!("[EMPTY_{i}]").into_bytes() } else { w.clone() };
+            if token_to_id.insert(text.clone(), i as u32).is_some() {
+                return Err(Error::BadMetadata {
+                    key: "tokenizer.ggml.tokens".into(),
+                    message: format!("duplicate token text {:?} at id {i}", String::from_utf8_lossy(&text)),
+                });
+            }
+            max_token_len = max_token_len.max(text.len());
+            let attr = match types.map(|t| t[i]) {
+                None => ATTR_NORMAL,
+                Some(2) => ATTR_UNKNOWN,
+                Some(5) => ATTR_UNUSED,
+                Some(1) => ATTR_NORMAL,
+                Some(3) => ATTR_CONTROL,
+                Some(4) => ATTR_USER_DEFINED,
+                Some(6) => ATTR_BYTE,
+                Some(_) => 0,
+            };
+            tokens.push(TokenData { text, score: scores.as_ref().map_or(0.0, |s| s[i]), attr });
+        }
+
+        let mut vocab = Vocab {
+            tokens,
+            token_to_id,
+            special: sp,
+            max_token_len,
+            kind,
+            add_space_prefix,
+            add_bos,
+            add_eos,
+            add_sep,
+            ignore_merges,
+            clean_spaces,
+            remove_extra_whitespaces,
+            escape_whitespaces,
+            treat_whitespace_as_suffix: false,
+            lowercase: false,
+            strip_accents: false,
+            cache_special: Vec::new(),
+            pieces: Vec::new(),
+            eog: BTreeSet::new(),
+        };
+
+        // special ids: defaults out of range are disabled; file values out of range ignored
+        {
+            let s = &mut vocab.special;
+            let keys: [(&str, &mut Option<u32>); 17] = [
+                ("tokenizer.ggml.bos_token_id", &mut s.bos),
+                ("tokenizer.ggml.eos_token_id", &mut s.eos),
+                ("tokenizer.ggml.eot_token_id", &mut s.eot),
+                ("tokenizer.ggml.eom_token_id", &mut s.eom),
+                ("tokenizer.ggml.unknown_token_id", &mut s.unk),
+                ("tokenizer.ggml.seperator_token_id", &mut s.sep),
+                ("tokenizer.ggml.padding_token_id", &mut s.pad),
+                ("tokenizer.ggml.mask_token_id", &mut s.mask),
+                ("tokenizer.ggml.fim_pre_token_id", &mut s.fim_pre),
+                ("tokenizer.ggml.fim_suf_token_id", &mut s.fim_suf),
+                ("tokenizer.ggml.fim_mid_token_id", &mut s.fim_mid),
+                ("tokenizer.ggml.fim_pad_token_id", &mut s.fim_pad),
+                ("tokenizer.ggml.fim_rep_token_id", &mut s.fim_rep),
+                ("tokenizer.ggml.fim_sep_token_id", &mut s.fim_sep),
+                ("tokenizer.ggml.prefix_token_id", &mut None),
+                ("tokenizer.ggml.suffix_token_id", &mut None),
+                ("tokenizer.ggml.middle_token_id", &mut None),
+            ];
+            let mut deprecated = [None; 3];
+            for (i, (key, slot)) in keys.into_iter().enumerate() {
+                if slot.is_some_and(|id| id as usize >= n) {
+                    *slot = None;
+                }
+                if let Some(v) = get_id(md, key)? {
+                    if (v as usize) < n {
+                        if i >= 14 {
+                            deprecated[i - 14] = Some(v as u32);
+                        } else {
+                            *slot = Some(v as u32);
+                        }
+                    }
+                }
+            }
+            if let Some(v) = deprecated[0] {
+                s.fim_pre = Some(v);
+            }
+            if let Some(v) = deprecated[1] {
+                s.fim_suf = Some(v);
+            }
+            if let Some(v) = deprecated[2] {
+                s.fim_mid = Some(v);
+            }
+        }
+        if let Some(v) = get_bool(md, "tokenizer.ggml.add_bos_token")? {
+            vocab.add_bos = v;
+        }
+        if let Some(v) = get_bool(md, "tokenizer.ggml.add_eos_token")? {
+            vocab.add_eos = v;
+        }
+        if let Some(v) = get_bool(md, "tokenizer.ggml.add_sep_token")? {
+            vocab.add_sep = v;
+        }
+        if pre.is_some_and(|p| p.kind == "GEMMA4") && !vocab.add_bos {
+            vocab.add_bos = true;
+        }
+        vocab.lowercase = get_bool(md, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(false);
+        vocab.strip_accents = vocab.lowercase;
+        if let Some(v) = get_bool(md, "tokenizer.ggml.normalizer.strip_accents")? {
+            vocab.strip_accents = v;
+        }
+
+        vocab.detect_special_texts();
+
+        // special tokens cache, longest first (stable among equal lengths)
+        let mut cache: Vec<u32> = (0..n as u32)
+            .filter(|&id| vocab.tokens[id as usize].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
+            .collect();
+        cache.sort_by(|&a, &b| vocab.tokens[b as usize].text.len().cmp(&vocab.tokens[a as usize].text.len()));
+        vocab.cache_special = cache;
+        vocab.pieces = (0..n as u32).map(|id| vocab.piece_uncached(id)).collect();
+
+        // per-token attributes by model name
+        {
+            let name = md.get_str("general.name").unwrap_or("").to_lowercase();
+            let pre_s = md.get_str("tokenizer.ggml.pre").unwrap_or("");
+            let arch = md.get_str("general.architecture").unwrap_or("");
+            let any = |s: &str, subs: &[&str]| subs.iter().any(|x| s.contains(x));
+            if any(pre_s, &["jina-v2-de", "jina-v2-es", "jina-v2-code"])
+                || any(arch, &["nomic-bert-moe", "jina-bert-v3"])
+            {
+                if let Some(id) = vocab.text_to_token(b"<mask>") {
+                    vocab.tokens[id as usize].attr |= ATTR_LSTRIP;
+                }
+            } else if any(&name, &["phi-3", "phi3"]) {
+                for i in 0..vocab.cache_special.len() {
+                    let id = vocab.cache_special[i];
+                    vocab.tokens[id as usize].attr |= ATTR_RSTRIP;
+                }
+                if let Some(id) = vocab.text_to_token(b"</s>") {
+                    vocab.tokens[id as usize].attr |= ATTR_RSTRIP;
+                }
+                for t in ["<unk>", "<s>", "<|endoftext|>"] {
+                    if let Some(id) = vocab.text_to_token(t.as_bytes()) {
+                        vocab.tokens[id as usize].attr &= !ATTR_RSTRIP;
+                    }
+                }
+            } else if any(&name, &["modern-bert"]) {
+                if let Some(id) = vocab.text_to_token(b"[MASK]") {
+                    vocab.tokens[id as usize].attr |= ATTR_LSTRIP;
+                }
+            }
+        }
+
+        let model = match kind {
+            ModelKind::Spm => Model::Spm,
+            ModelKind::Wpm => Model::Wpm,
+            ModelKind::Ugm => {
+                let cm: Option<Vec<u8>> = match md.get_array("tokenizer.ggml.precompiled_charsmap") {
+                    None => None,
+                    Some(Array::U8(v)) => Some(v.clone()),
+                    Some(Array::I8(v)) => Some(v.iter().map(|&x| x as u8).collect()),
+                    Some(_) => {
+                        return Err(Error::BadMetadata {
+                            key: "tokenizer.ggml.precompiled_charsmap".into(),
+                            message: "expected u8[] or i8[]".into(),
+                        })
+                    }
+                };
+                if vocab.special.unk.is_none() {
+                    return Err(Error::MissingSpecial("unknown"));
+                }
+                Model::Ugm(Box::new(ugm::Ugm::new(&vocab, cm.as_deref())?))
+            }
+            ModelKind::Bpe => {
+                let p = pre.ok_or_else(unknown_model)?;
+                let merges = match md.get_array("tokenizer.ggml.merges") {
+                    None => return Err(Error::MissingKey("tokenizer.ggml.merges".into())),
+                    Some(Array::String(v)) => v,
+                    Some(_) => {
+                        return Err(Error::BadMetadata {
+                            key: "tokenizer.ggml.merges".into(),
+                            message: "expected an array of strings".into(),
+                        })
+                    }
+                };
+                check_merges(&vocab, merges)?;
+                let compiled = pretok::CompiledPre::new(p.regexes, p.byte_encode)?;
+                Model::Bpe(Box::new(bpe::Bpe::new(merges, compiled, p.kind == "GEMMA4")?))
+            }
+        };
+        Ok(Tokenizer { vocab, model, model_name, pre_name })
+    }
+
+    /// `llama_tokenize`: text to ids. `add_special` adds BOS/EOS/SEP as the vocabulary
+    /// says; `parse_special` lets control tokens' text in `text` become those tokens.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        self.encode_bytes(text.as_bytes(), add_special, parse_special)
+    }
+
+    /// [`Tokenizer::encode`] for arbitrary bytes (invalid UTF-8 is handled as llama.cpp does).
+    pub fn encode_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        let v = &self.vocab;
+        let frags = if text.is_empty() { Vec::new() } else { self.partition(text, parse_special) };
+        let mut out = Vec::new();
+        let need = |id: Option<u32>, what| id.ok_or(Error::MissingSpecial(what));
+        match &self.model {
+            Model::Spm => {
+                if add_special && v.add_bos {
+                    out.push(need(v.special.bos, "BOS")?);
+                }
+                let mut prev_special = true;
+                for f in &frags {
+                    match *f {
+                        Frag::Text(s, e) => {
+                            let mut t = Vec::with_capacity(e - s + 8);
+                            if v.add_space_prefix && prev_special {
+                                t.push(b' ');
+                            }
+                            t.extend_from_slice(&text[s..e]);
+                            let t = escape_whitespace(&t);
+                            spm::tokenize(v, &t, &mut out)?;
+                            prev_special = false;
+                        }
+                        Frag::Token(id) => {
+                            out.push(id);
+                            prev_special = true;
+                        }
+                    }
+                }
+                if add_special && v.add_eos {
+                    out.push(need(v.special.eos, "EOS")?);
+                }
+            }
+            Model::Bpe(bpe) => {
+                if add_special && v.add_bos {
+                    out.push(need(v.special.bos, "BOS")?);
+                }
+                for f in &frags {
+                    match *f {
+                        Frag::Text(s, e) => {
+                            if v.escape_whitespaces {
+                                bpe.tokenize(v, &escape_whitespace(&text[s..e]), &mut out)?;
+                            } else {
+                                bpe.tokenize(v, &text[s..e], &mut out)?;
+                            }
+                        }
+                        Frag::Token(id) => out.push(id),
+                    }
+                }
+                if add_special && v.add_eos {
+                    out.push(need(v.special.eos, "EOS")?);
+                }
+            }
+            Model::Wpm => {
+                if add_special {
+                    out.push(need(v.special.bos, "BOS")?);
+                }
+                for f in &frags {
+                    match *f {
+                        Frag::Text(s, e) => wpm::tokenize(v, &text[s..e], &mut out),
+                        Frag::Token(id) => out.push(id),
+                    }
+                }
+                if add_special {
+                    out.push(need(v.special.sep, "SEP")?);
+                }
+            }
+            Model::Ugm(ugm) => {
+                if add_special && v.add_bos {
+                    out.push(need(v.special.bos, "BOS")?);
+                }
+                for f in &frags {
+                    match *f {
+                        Frag::Text(s, e) => ugm.tokenize(v, &text[s..e], &mut out)?,
+                        Frag::Token(id) => out.push(id),
+                    }
+                }
+                if add_special && v.add_eos {
+                    out.push(need(v.special.eos, "EOS")?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// llama.cpp's `tokenizer_st_partition`: split the text at special-token texts.
+    fn partition(&self, text: &[u8], parse_special: bool) -> Vec<Frag> {
+        let v = &self.vocab;
+        let mut frags = vec![Frag::Text(0, text.len())];
+        let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
+        for &id in &v.cache_special {
+            let t = &v.tokens[id as usize];
+            if !parse_special && t.attr & (ATTR_CONTROL | ATTR_UNKNOWN) != 0 {
+                continue;
+            }
+            let needle = &t.text[..];
+            if !frags.iter().any(|f| matches!(*f, Frag::Text(s, e) if e - s >= needle.len())) {
+                continue;
+            }
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                let Frag::Text(mut off, end) = f else {
+                    next.push(f);
+                    continue;
+                };
+                loop {
+                    let Some(m) = find(&text[off..end], needle).map(|p| p + off) else {
+                        if end > off {
+                            next.push(Frag::Text(off, end));
+                        }
+                        break;
+                    };
+                    if m > off {
+                        let mut l_end = m;
+                        if t.attr & ATTR_LSTRIP != 0 {
+                            while l_end > off && is_space(text[l_end - 1]) {
+                                l_end -= 1;
+                            }
+                        }
+                        if l_end > off {
+                            next.push(Frag::Text(off, l_end));
+                        }
+                    }
+                    next.push(Frag::Token(id));
+                    let mut r = m + needle.len();
+                    if r < end {
+                        if t.attr & ATTR_RSTRIP != 0 {
+                            while r < end && is_space(text[r]) {
+                                r += 1;
+                            }
+                        }
+                        off = r;
+                    } else {
+                        break;
+                    }
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    /// `llama_token_to_piece` with `lstrip = 0`: the bytes of one token. Control and
+    /// unknown tokens give nothing unless `special`.
+    pub fn token_to_piece(&self, id: u32, special: bool) -> Result<Vec<u8>> {
+        let t = self.token(id)?;
+        if !special && t.attr & (ATTR_UNKNOWN | ATTR_CONTROL) != 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.vocab.pieces[id as usize].clone())
+    }
+
+    fn token(&self, id: u32) -> Result<&TokenData> {
+        self.vocab.tokens.get(id as usize).ok_or(Error::TokenOutOfRange { id, n_vocab: self.vocab.tokens.len() })
+    }
+
+    /// `llama_detokenize`: ids to bytes. `remove_special` drops a leading BOS / trailing
+    /// EOS the vocabulary adds; `unparse_special` renders control tokens' text.
+    pub fn decode(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> Result<Vec<u8>> {
+        let v = &self.vocab;
+        for &id in ids {
+            self.token(id)?;
+        }
+        let mut ids = ids;
+        let mut remove_space = v.add_space_prefix;
+        if remove_special && v.add_bos && !ids.is_empty() && Some(ids[0]) == v.special.bos {
+            remove_space = false;
+            ids = &ids[1..];
+        }
+        if remove_special && v.add_eos && !ids.is_empty() && Some(ids[ids.len() - 1]) == v.special.eos {
+            ids = &ids[..ids.len() - 1];
+        }
+        let mut text = Vec::new();
+        for &id in ids {
+            let t = &v.tokens[id as usize];
+            if !unparse_special && t.attr & (ATTR_UNKNOWN | ATTR_CONTROL) != 0 {
+                remove_space = false;
+                continue;
+            }
+            let p = &v.pieces[id as usize];
+            if remove_space && p.first() == Some(&b' ') {
+                text.extend_from_slice(&p[1..]);
+            } else {
+                text.extend_from_slice(p);
+            }
+            remove_space = false;
+        }
+        if v.clean_spaces {
+            clean_spaces(&mut text);
+        }
+        Ok(text)
+    }
+
+    /// Vocabulary size.
+    pub fn n_vocab(&self) -> usize {
+        self.vocab.tokens.len()
+    }
+    /// BOS id.
+    pub fn bos(&self) -> Option<u32> {
+        self.vocab.special.bos
+    }
+    /// EOS id.
+    pub fn eos(&self) -> Option<u32> {
+        self.vocab.special.eos
+    }
+    /// All special ids.
+    pub fn special_ids(&self) -> SpecialIds {
+        self.vocab.special
+    }
+    /// Whether `id` ends generation (llama.cpp's `special_eog_ids`).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.vocab.eog.contains(&id)
+    }
+    /// The end-of-generation ids, sorted.
+    pub fn eog_ids(&self) -> Vec<u32> {
+        self.vocab.eog.iter().copied().collect()
+    }
+    /// Whether encoding with `add_special` prepends BOS.
+    pub fn add_bos(&self) -> bool {
+        self.vocab.add_bos
+    }
+    /// Whether encoding with `add_special` appends EOS.
+    pub fn add_eos(&self) -> bool {
+        self.vocab.add_eos
+    }
+    /// A token's entry.
+    pub fn token_data(&self, id: u32) -> Result<&TokenData> {
+        self.token(id)
+    }
+    /// The id of a token text, if it is one.
+    pub fn token_id(&self, text: &[u8]) -> Option<u32> {
+        self.vocab.text_to_token(text)
+    }
+    /// `tokenizer.ggml.model`.
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+    /// `tokenizer.ggml.pre` (as used: `gemma4` models force it).
+    pub fn pre_name(&self) -> Option<&str> {
+        self.pre_name.as_deref()
+    }
+    /// A streaming decoder over this tokenizer.
+    pub fn stream_decoder(&self, special: bool) -> StreamDecoder<'_> {
+        StreamDecoder { tok: self, special, pending: Vec::new() }
+    }
+}
+
+impl Vocab {
+    /// llama.cpp's text-based detection of EOT/EOM/FIM tokens, unused tokens and the EOG
+    /// set. Where llama.cpp walks a hash map (unspecified order) we walk ids in order.
+    #[allow(clippy::nonminimal_bool)]
+    fn detect_special_texts(&mut self) {
+        let n = self.tokens.len();
+        let set_control = |tokens: &mut Vec<TokenData>, id: u32| tokens[id as usize].attr |= ATTR_CONTROL;
+        let groups: [(&[&str], u8); 7] = [
+            (
+                &[
+                    "<|eot_id|>",
+                    "<|im_end|>",
+                    "<|end|>",
+                    "<end_of_turn>",
+                    "<|endoftext|>",
+                    "<|end_of_text|>",
+                    "<EOT>",
+                    "_<EOT>",
+                    "[EOT]",
+                    "<｜end▁of▁sentence｜>",
+                    "<end_of_utterance>",
+                ],
+                0,
+            ),
+            (&["<|eom_id|>"], 1),
+            (
+                &[
+                    "<|fim_prefix|>",
+                    "<fim-prefix>",
+                    "<fim_prefix>",
+                    "<｜fim▁begin｜>",
+                    "<PRE>",
+                    "▁<PRE>",
+                    "<|code_prefix|>",
+                    "<|prefix|>",
+                ],
+                2,
+            ),
+            (
+                &[
+                    "<|fim_suffix|>",
+                    "<fim-suffix>",
+                    "<fim_suffix>",
+                    "<｜fim▁hole｜>",
+                    "<SUF>",
+                    "▁<SUF>",
+                    "<|code_suffix|>",
+                    "<|suffix|>",
+                ],
+                3,
+            ),
+            (
+                &[
+                    "<|fim_middle|>",
+                    "<fim-middle>",
+                    "<fim_middle>",
+                    "<｜fim▁end｜>",
+                    "<MID>",
+                    "▁<MID>",
+                    "<|code_middle|>",
+                    "<|middle|>",
+                ],
+                4,
+            ),
+            (&["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"], 5),
+            (&["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"], 6),
+        ];
+        for id in 0..n as u32 {
+            let text = self.tokens[id as usize].text.clone();
+            for (texts, which) in groups.iter() {
+                let slot = match which {
+                    0 => &mut self.special.eot,
+                    1 => &mut self.special.eom,
+                    2 => &mut self.special.fim_pre,
+                    3 => &mut self.special.fim_suf,
+                    4 => &mut self.special.fim_mid,
+                    5 => &mut self.special.fim_pad,
+                    _ => &mut self.special.fim_rep,
+                };
+                if slot.is_none() && texts.iter().any(|t| t.as_bytes() == &text[..]) {
+                    *slot = Some(id);
+                    set_control(&mut self.tokens, id);
+                }
+            }
+            if self.special.fim_sep.is_none() && &text[..] == b"<|file_sep|>" {
+                self.special.fim_sep = Some(id);
+                set_control(&mut self.tokens, id);
+            }
+        }
+        // unused: control tokens whose text contains "unused"
+        for t in &mut self.tokens {
+            if t.attr & ATTR_CONTROL != 0 && t.attr & ATTR_UNUSED == 0 && find(&t.text, b"unused").is_some() {
+                t.attr |= ATTR_UNUSED;
+            }
+        }
+        let mut eog = BTreeSet::new();
+        for id in [self.special.fim_pad, self.special.fim_rep, self.special.fim_sep].into_iter().flatten() {
+            eog.insert(id);
+        }
+        for id in 0..n as u32 {
+            if EOG_TEXTS.iter().any(|t| t.as_bytes() == &self.tokens[id as usize].text[..]) {
+                eog.insert(id);
+                set_control(&mut self.tokens, id);
+            }
+        }
+        for id in 0..n as u32 {
+            if matches!(
+                &self.tokens[id as usize].text[..],
+                b"<|channel|>" | b"<|message|>" | b"<|start|>" | b"<|constrain|>"
+            ) {
+                self.tokens[id as usize].attr = ATTR_USER_DEFINED;
+            }
+        }
+        for id in [self.special.eos, self.special.eot, self.special.eom].into_iter().flatten() {
+            eog.insert(id);
+        }
+        let text_of = |tokens: &Vec<TokenData>, id: u32| tokens[id as usize].text.clone();
+        let (mut has_return, mut has_call, mut has_end, mut has_flush, mut end_id) = (false, false, false, false, None);
+        for &id in &eog {
+            match &text_of(&self.tokens, id)[..] {
+                b"<|return|>" => has_return = true,
+                b"<|call|>" | b"<|calls|>" => has_call = true,
+                b"<|flush|>" => has_flush = true,
+                b"<|end|>" => {
+                    has_end = true;
+                    end_id = Some(id);
+                }
+                _ => {}
+            }
+        }
+        if (has_return && has_call && has_end) || (has_call && has_flush && has_end) {
+            if let Some(e) = end_id {
+                eog.remove(&e);
+                self.tokens[e as usize].attr = ATTR_USER_DEFINED;
+            }
+        }
+        let (mut marker, mut s_id) = (false, None);
+        for &id in &eog {
+            match &text_of(&self.tokens, id)[..] {
+                b"<|tool_response>" | b"<|plamo:eos|>" => marker = true,
+                b"</s>" => s_id = Some(id),
+                _ => {}
+            }
+        }
+        if let (true, Some(s)) = (marker, s_id) {
+            eog.remove(&s);
+            self.tokens[s as usize].attr = ATTR_NORMAL;
+        }
+        self.eog = eog;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Frag {
+    Text(usize, usize),
+    Token(u32),
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    if needle.len() > hay.len() {
+        return None;
+    }
+    let first = needle[0];
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        match hay[i..hay.len() - needle.len() + 1].iter().position(|&b| b == first) {
+            None => return None,
+            Some(p) => {
+                i += p;
+                if &hay[i..i + needle.len()] == needle {
+                    return Some(i);
+                }
+                i += 1;
+            }
+        }
+    }
+    None
+}
+
+fn escape_whitespace(t: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(t.len() + t.len() / 2);
+    for &b in t {
+        if b == b' ' {
+            out.extend_from_slice("\u{2581}".as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// llama.cpp's `clean_up_tokenization_spaces` passes, in place and byte for byte.
+#[allow(clippy::nonminimal_bool)]
+fn clean_spaces(text: &mut Vec<u8>) {
+    let total1 = text.len();
+    if total1 == 0 {
+        return;
+    }
+    // pass 1: " ?", " !", " .", " ,"
+    let mut total = 1;
+    for i in 1..total1 {
+        let x = text[i];
+        if text[i - 1] == b' ' && matches!(x, b'?' | b'!' | b'.' | b',') {
+            total -= 1;
+        }
+        text[total] = x;
+        total += 1;
+    }
+    // pass 2: " ' " → "'"
+    let total2 = total;
+    total = if total2 > 0 { 1 } else { 0 };
+    let mut i = 1;
+    while i < total2 {
+        let x = text[i];
+        if x == b'\'' && i + 1 < total2 && text[i - 1] == b' ' && text[i + 1] == b' ' {
+            total -= 1;
+            i += 1;
+            text[i] = 0;
+        }
+        text[total] = x;
+        total += 1;
+        i += 1;
+    }
+    // pass 3: " 's", " 'm", " 're", " 've" lose the space
+    let total3 = total;
+    total = if total3 > 0 { 1 } else { 0 };
+    for i in 1..total3 {
+        let x = text[i];
+        if text[i - 1] == b' ' && x == b'\'' && i + 1 < total3 {
+            let x1 = text[i + 1];
+            if x1 == b't' || x1 == b'd' {
+            } else if x1 == b's' || x1 == b'm' {
+                total -= 1;
+            } else if i + 2 < total3 {
+                let x2 = text[i + 2];
+                if (x1 == b'r' && x2 == b'e') || (x1 == b'v' && x2 == b'e') {
+                    total -= 1;
+                }
+            }
+        }
+        text[total] = x;
+        total += 1;
+    }
+    text.truncate(total);
+}
+
+/// Detokenizes a stream of ids, emitting only complete UTF-8: bytes of a sequence
+/// split across tokens are held until it completes (or proves invalid, in which case
+/// they come out as U+FFFD).
+#[derive(Debug)]
+pub struct StreamDecoder<'a> {
+    tok: &'a Tokenizer,
+    special: bool,
+    pending: Vec<u8>,
+}
+
+impl StreamDecoder<'_> {
+    /// Adds one token; returns the text that is now complete (maybe empty).
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        let piece = self.tok.token_to_piece(id, self.special)?;
+        self.pending.extend_from_slice(&piece);
+        Ok(self.drain(false))
+    }
+
+    /// Flushes what is left (an incomplete sequence becomes U+FFFD).
+    pub fn finish(&mut self) -> String {
+        self.drain(true)
+    }
+
+    fn drain(&mut self, all: bool) -> String {
+        let mut out = String::new();
+        let mut i = 0;
+        let p = &self.pending;
+        while i < p.len() {
+            match std::str::from_utf8(&p[i..]) {
+                Ok(s) => {
+                    out.push_str(s);
+                    i = p.len();
+                }
+                Err(e) => {
+                    let good = e.valid_up_to();
+                    out.push_str(std::str::from_utf8(&p[i..i + good]).unwrap_or_default());
+                    i += good;
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push('\u{FFFD}');
+                            i += bad;
+                        }
+                        None => {
+                            // incomplete at the end: wait for more, unless flushing
+                            if all {
+                                out.push('\u{FFFD}');
+                                i = p.len();
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.pending.drain(..i);
+        out
+    }
+}
+
+/// Checks that every merge's parts and result are plausible for the vocabulary: a
+/// merge whose result is not a token means the vocabulary and merges disagree.
+fn check_merges(v: &Vocab, merges: &[Vec<u8>]) -> Result<()> {
+    let mut bad = 0usize;
+    let mut first_bad = None;
+    for (i, m) in merges.iter().enumerate() {
+        let joined: Vec<u8> = match m.iter().skip(1).position(|&b| b == b' ') {
+            Some(p) => m[..p + 1].iter().chain(&m[p + 2..]).copied().collect(),
+            None => {
+                bad += 1;
+                first_bad.get_or_insert(i);
+                continue;
+            }
+        };
+        if v.text_to_token(&joined).is_none() {
+            bad += 1;
+            first_bad.get_or_insert(i);
+        }
+    }
+    // real files carry a few stray merges; disagreement is a majority of them
+    if !merges.is_empty() && bad * 2 > merges.len() {
+        let i = first_bad.unwrap_or(0);
+        return Err(Error::BadMetadata {
+            key: "tokenizer.ggml.merges".into(),
+            message: format!(
+                "{bad} of {} merges do not produce a vocabulary token (first: #{i} {:?}); vocabulary and merges disagree",
+                merges.len(),
+                String::from_utf8_lossy(&merges[i])
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,7 @@ pub mod gguf;
 pub mod gguf_api;
 pub mod logits;
 pub mod quants;
+pub mod tokenizer;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

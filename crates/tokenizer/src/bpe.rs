@@ -1,0 +1,169 @@
+//! Byte-level BPE with merge ranks (llama.cpp's `llm_tokenizer_bpe_session`).
+
+use std::collections::BinaryHeap;
+
+use crate::hash::FxHashMap;
+use crate::pretok::CompiledPre;
+use crate::{unicode, Error, Vocab};
+
+const NONE: u32 = u32::MAX;
+
+/// The merge table: pieces (strings that occur in merges) get ids; a pair of piece ids
+/// maps to its rank and the id of the merged piece.
+#[derive(Debug)]
+pub(crate) struct Bpe {
+    piece_ids: FxHashMap<Vec<u8>, u32>,
+    merges: FxHashMap<(u32, u32), (u32, u32)>,
+    pub(crate) pre: CompiledPre,
+    /// The `gemma4` newline rule.
+    pub(crate) gemma4: bool,
+    #[allow(dead_code)]
+    pub(crate) n_merges: usize,
+}
+
+impl Bpe {
+    pub(crate) fn new(merges_list: &[Vec<u8>], pre: CompiledPre, gemma4: bool) -> Result<Bpe, Error> {
+        let mut piece_ids: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
+        let mut merges: FxHashMap<(u32, u32), (u32, u32)> = FxHashMap::default();
+        let intern = |s: &[u8], ids: &mut FxHashMap<Vec<u8>, u32>| -> u32 {
+            if let Some(&id) = ids.get(s) {
+                return id;
+            }
+            let id = ids.len() as u32;
+            ids.insert(s.to_vec(), id);
+            id
+        };
+        for (rank, m) in merges_list.iter().enumerate() {
+            // llama.cpp: split at the first space after the first byte; none → ("", "")
+            let (first, second): (&[u8], &[u8]) = match m.iter().skip(1).position(|&b| b == b' ') {
+                Some(p) => (&m[..p + 1], &m[p + 2..]),
+                None => (b"", b""),
+            };
+            let l = intern(first, &mut piece_ids);
+            let r = intern(second, &mut piece_ids);
+            let mut joined = first.to_vec();
+            joined.extend_from_slice(second);
+            let j = intern(&joined, &mut piece_ids);
+            merges.entry((l, r)).or_insert((rank as u32, j));
+        }
+        Ok(Bpe { piece_ids, merges, pre, gemma4, n_merges: merges_list.len() })
+    }
+
+    #[inline]
+    fn piece(&self, s: &[u8]) -> u32 {
+        self.piece_ids.get(s).copied().unwrap_or(NONE)
+    }
+
+    /// Tokenizes one raw-text fragment, appending ids.
+    pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result<(), Error> {
+        let words = self.pre.split(text)?;
+        let mut sym: Vec<Sym> = Vec::new();
+        let mut heap: BinaryHeap<Bigram> = BinaryHeap::new();
+        for word in &words {
+            if word.is_empty() {
+                continue;
+            }
+            sym.clear();
+            heap.clear();
+            let whole = vocab.ignore_merges || (self.gemma4 && word.iter().all(|&b| b == b'\n'));
+            if whole {
+                if let Some(id) = vocab.text_to_token(word) {
+                    out.push(id);
+                    continue;
+                }
+            }
+            let mut off = 0;
+            while off < word.len() {
+                let n = unicode::len_utf8(word[off]).min(word.len() - off);
+                sym.push(Sym { start: off as u32, n: n as u32, piece: self.piece(&word[off..off + n]), next: 0 });
+                off += n;
+            }
+            let ns = sym.len();
+            for (i, s) in sym.iter_mut().enumerate() {
+                s.next = if i + 1 < ns { (i + 1) as i32 } else { -1 };
+            }
+            let mut prev: Vec<i32> = (0..ns as i32).map(|i| i - 1).collect();
+            for i in 1..ns {
+                self.push_bigram(&sym, &mut heap, (i - 1) as i32, i as i32);
+            }
+            while let Some(bg) = heap.pop() {
+                let (l, r) = (bg.left as usize, bg.right as usize);
+                if sym[l].n == 0 || sym[r].n == 0 || sym[l].piece != bg.lp || sym[r].piece != bg.rp {
+                    continue;
+                }
+                sym[l].n += sym[r].n;
+                sym[l].piece = bg.merged;
+                sym[r].n = 0;
+                sym[l].next = sym[r].next;
+                if sym[r].next >= 0 {
+                    prev[sym[r].next as usize] = l as i32;
+                }
+                self.push_bigram(&sym, &mut heap, prev[l], l as i32);
+                self.push_bigram(&sym, &mut heap, l as i32, sym[l].next);
+            }
+            for s in sym.iter().filter(|s| s.n > 0) {
+                let piece = &word[s.start as usize..(s.start + s.n) as usize];
+                match vocab.text_to_token(piece) {
+                    Some(id) => out.push(id),
+                    None => {
+                        for &b in piece {
+                            let t = if self.pre.byte_encode {
+                                vocab.text_to_token(&[b])
+                            } else {
+                                vocab.text_to_token(format!("<0x{b:02X}>").as_bytes())
+                            };
+                            if let Some(t) = t {
+                                out.push(t);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn push_bigram(&self, sym: &[Sym], heap: &mut BinaryHeap<Bigram>, left: i32, right: i32) {
+        if left < 0 || right < 0 {
+            return;
+        }
+        let (lp, rp) = (sym[left as usize].piece, sym[right as usize].piece);
+        if lp == NONE || rp == NONE {
+            return;
+        }
+        if let Some(&(rank, merged)) = self.merges.get(&(lp, rp)) {
+            heap.push(Bigram { rank, left, right, lp, rp, merged });
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Sym {
+    start: u32,
+    n: u32,
+    piece: u32,
+    next: i32,
+}
+
+#[derive(PartialEq, Eq)]
+struct Bigram {
+    rank: u32,
+    left: i32,
+    right: i32,
+    lp: u32,
+    rp: u32,
+    merged: u32,
+}
+
+impl Ord for Bigram {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // the top is the lowest rank, then the leftmost
+        o.rank.cmp(&self.rank).then(o.left.cmp(&self.left))
+    }
+}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}

@@ -1,0 +1,157 @@
+//! Hermetic tests on small synthetic vocabularies.
+
+use super::*;
+use gguf_format::{Array, Metadata, Value};
+
+fn strs(v: &[&str]) -> Array {
+    Array::String(v.iter().map(|s| s.as_bytes().to_vec()).collect())
+}
+
+/// A byte-level BPE vocabulary: the 256 byte symbols, some merges, special tokens.
+pub(crate) fn bpe_md(pre: &str) -> Metadata {
+    let table = unicode::byte_to_cpt_table();
+    let mut toks: Vec<String> = (0..256).map(|b| char::from_u32(table[b]).unwrap().to_string()).collect();
+    let merges = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d", "Ġ Ġ"];
+    for m in merges {
+        toks.push(m.replace(' ', ""));
+    }
+    toks.push("<|endoftext|>".into());
+    toks.push("<|im_start|>".into());
+    toks.push("<|im_end|>".into());
+    let n = toks.len();
+    let mut types = vec![1i32; n];
+    types[n - 3] = 3;
+    types[n - 2] = 3;
+    types[n - 1] = 3;
+    let mut md = Metadata::new();
+    md.set("tokenizer.ggml.model", Value::from("gpt2"));
+    md.set("tokenizer.ggml.pre", Value::from(pre));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.iter().map(|s| s.as_bytes().to_vec()).collect())));
+    md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    md.set("tokenizer.ggml.merges", Value::Array(strs(&merges)));
+    md.set("tokenizer.ggml.bos_token_id", Value::U32((n - 3) as u32));
+    md.set("tokenizer.ggml.eos_token_id", Value::U32((n - 1) as u32));
+    md
+}
+
+/// A SentencePiece vocabulary with scores and byte fallback.
+pub(crate) fn spm_md() -> Metadata {
+    let mut toks = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
+    let mut types = vec![2i32, 3, 3];
+    let mut scores = vec![0f32, 0.0, 0.0];
+    for b in 0..256 {
+        toks.push(format!("<0x{b:02X}>"));
+        types.push(6);
+        scores.push(0.0);
+    }
+    for (t, s) in [
+        ("▁", -1.0),
+        ("h", -2.0),
+        ("e", -2.0),
+        ("l", -2.0),
+        ("o", -2.0),
+        ("he", -3.0),
+        ("ll", -3.0),
+        ("hell", -4.0),
+        ("hello", -5.0),
+        ("▁hello", -6.0),
+        ("w", -2.0),
+        ("▁w", -3.0),
+    ] {
+        toks.push(t.into());
+        types.push(1);
+        scores.push(s);
+    }
+    let mut md = Metadata::new();
+    md.set("tokenizer.ggml.model", Value::from("llama"));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.iter().map(|s| s.as_bytes().to_vec()).collect())));
+    md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    md.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    md
+}
+
+#[test]
+fn bpe_merges_by_rank() {
+    let t = Tokenizer::from_gguf(&bpe_md("gpt-2")).unwrap();
+    let ids = t.encode("hello world", false, false).unwrap();
+    let hello = t.token_id(b"hello").unwrap();
+    let world = t.token_id("Ġworld".as_bytes()).unwrap();
+    assert_eq!(ids, vec![hello, world]);
+    assert_eq!(t.decode(&ids, false, false).unwrap(), b"hello world");
+}
+
+#[test]
+fn bpe_special_parsing() {
+    let t = Tokenizer::from_gguf(&bpe_md("qwen2")).unwrap();
+    let s = t.token_id(b"<|im_start|>").unwrap();
+    let with = t.encode("<|im_start|>hello", false, true).unwrap();
+    assert_eq!(with[0], s);
+    let without = t.encode("<|im_start|>hello", false, false).unwrap();
+    assert!(!without.contains(&s));
+    assert_eq!(t.decode(&with, false, true).unwrap(), b"<|im_start|>hello");
+    assert_eq!(t.decode(&with, false, false).unwrap(), b"hello");
+    assert!(t.is_eog(t.token_id(b"<|im_end|>").unwrap()));
+    assert!(t.is_eog(t.token_id(b"<|endoftext|>").unwrap()));
+    assert!(!t.is_eog(s));
+}
+
+#[test]
+fn spm_scores_and_byte_fallback() {
+    let t = Tokenizer::from_gguf(&spm_md()).unwrap();
+    let ids = t.encode("hello w", true, false).unwrap();
+    assert_eq!(ids[0], 1);
+    assert_eq!(ids[1], t.token_id("▁hello".as_bytes()).unwrap());
+    assert_eq!(ids[2], t.token_id("▁w".as_bytes()).unwrap());
+    // "é" has no token: byte fallback <0xC3><0xA9>
+    let ids = t.encode("é", false, false).unwrap();
+    assert_eq!(ids[1..], [3 + 0xC3, 3 + 0xA9]);
+    assert_eq!(t.decode(&ids, false, false).unwrap(), "é".as_bytes());
+}
+
+#[test]
+fn out_of_range_id_is_an_error() {
+    let t = Tokenizer::from_gguf(&spm_md()).unwrap();
+    let e = t.decode(&[1, 999_999], false, false).unwrap_err();
+    assert!(matches!(e, Error::TokenOutOfRange { id: 999_999, .. }), "{e}");
+    assert!(t.token_to_piece(u32::MAX, true).is_err());
+}
+
+#[test]
+fn unknown_model_and_pre_are_clear_errors() {
+    let mut md = bpe_md("gpt-2");
+    md.set("tokenizer.ggml.model", Value::from("wat"));
+    let e = Tokenizer::from_gguf(&md).unwrap_err().to_string();
+    assert!(e.contains("wat") && e.contains("gpt2") && e.contains("llama"), "{e}");
+    let e = Tokenizer::from_gguf(&bpe_md("nonesuch")).unwrap_err().to_string();
+    assert!(e.contains("nonesuch") && e.contains("smollm"), "{e}");
+}
+
+#[test]
+fn merges_that_disagree_with_the_vocab_are_rejected() {
+    let mut md = bpe_md("gpt-2");
+    md.set("tokenizer.ggml.merges", Value::Array(strs(&["x y", "q z", "zz zz"])));
+    let e = Tokenizer::from_gguf(&md).unwrap_err().to_string();
+    assert!(e.contains("merges") && e.contains("disagree"), "{e}");
+}
+
+#[test]
+fn stream_decoder_never_splits_utf8() {
+    let t = Tokenizer::from_gguf(&spm_md()).unwrap();
+    let ids = t.encode("é€😀", false, false).unwrap();
+    let mut d = t.stream_decoder(false);
+    let mut out = String::new();
+    for &id in &ids {
+        let s = d.push(id).unwrap();
+        assert!(!s.contains('\u{FFFD}'));
+        out.push_str(&s);
+    }
+    out.push_str(&d.finish());
+    assert_eq!(out, " é€😀");
+}
+
+#[test]
+fn clean_spaces_matches_llama() {
+    let mut v = b"a , b ' c 's d".to_vec();
+    clean_spaces(&mut v);
+    assert_eq!(v, b"a, b'c's d");
+}

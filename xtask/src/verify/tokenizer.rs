@@ -1,0 +1,512 @@
+//! `cargo xtask verify tokenizer`: our `tokenizer` crate against llama.cpp.
+//!
+//! 1. registry: every `tokenizer.ggml.pre` name `llama-vocab.cpp` accepts is registered;
+//! 2. fixtures: llama.cpp's `ggml-vocab-*.gguf.inp/.out` (read as `test-tokenizer-0`
+//!    reads them), `add_special = false`, `parse_special = false`;
+//! 3. corpus: a generated ≥ 1 MB corpus (see [`corpus`]) tokenized by us and by
+//!    libllama (`llama_tokenize`, vocab-only load) on every vocab fixture and the three
+//!    models, with and without `parse_special`; `decode(ids)` vs `llama_detokenize`;
+//!    every token's piece vs `llama_token_to_piece`; the EOG set vs `llama_vocab_is_eog`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokenizer::Tokenizer;
+
+use super::{Check, Report};
+use crate::llama_vocab::LlamaLib;
+use crate::{llama_cpp, models};
+
+const GROUP_REG: &str = "tokenizer: pre-tokenizer registry vs llama-vocab.cpp";
+const GROUP_FIX: &str = "tokenizer: llama.cpp vocab fixtures (.inp/.out)";
+const GROUP_CORPUS: &str = "tokenizer: corpus vs libllama (encode, decode, pieces, eog)";
+
+/// Options.
+pub struct TokOpts {
+    /// Smaller corpus.
+    pub quick: bool,
+}
+
+/// Reads a fixture pair as test-tokenizer-0 does: inputs split on
+/// `"\n__ggml_vocab_test__\n"`, one line of ids per input; duplicates collapse (a map).
+pub fn read_fixture(inp: &Path, out: &Path) -> Result<Vec<(Vec<u8>, Vec<u32>)>> {
+    let raw = std::fs::read(inp)?;
+    let outs = std::fs::read_to_string(out)?;
+    let sep = b"\n__ggml_vocab_test__\n";
+    let mut inputs = Vec::new();
+    let mut pos = 0;
+    while pos < raw.len() {
+        match raw[pos..].windows(sep.len()).position(|w| w == sep) {
+            Some(p) => {
+                inputs.push(raw[pos..pos + p].to_vec());
+                pos += p + sep.len();
+            }
+            None => {
+                inputs.push(raw[pos..].to_vec());
+                break;
+            }
+        }
+    }
+    let lines: Vec<&str> = outs.split('\n').collect();
+    let lines = if lines.last() == Some(&"") { &lines[..lines.len() - 1] } else { &lines[..] };
+    anyhow::ensure!(inputs.len() == lines.len(), "{} inputs vs {} outputs", inputs.len(), lines.len());
+    let mut map = std::collections::BTreeMap::new();
+    for (i, l) in inputs.into_iter().zip(lines) {
+        let ids = l.split_whitespace().map(|t| t.parse::<u32>()).collect::<Result<Vec<_>, _>>()?;
+        map.insert(i, ids);
+    }
+    Ok(map.into_iter().collect())
+}
+
+fn load_ours(path: &Path) -> Result<Tokenizer> {
+    let f = gguf_format::GgufFile::open(path)?;
+    Ok(Tokenizer::from_gguf(f.metadata())?)
+}
+
+/// Names `tokenizer_pre == "..."` in llama-vocab.cpp.
+fn source_pre_names(src: &Path) -> Result<Vec<String>> {
+    let s = std::fs::read_to_string(src.join("src/llama-vocab.cpp"))?;
+    let mut names = Vec::new();
+    for part in s.split("tokenizer_pre == \"").skip(1) {
+        if let Some(end) = part.find('"') {
+            names.push(part[..end].to_string());
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+fn registry(src: &Path, report: &mut Report) {
+    match source_pre_names(src) {
+        Err(e) => report.push(Check::error(GROUP_REG, "names", e)),
+        Ok(names) => {
+            let ours = tokenizer::pretok::known_names();
+            // "kimi-k2" etc. appear in extra comparisons; every one must be ours
+            let missing: Vec<&String> = names.iter().filter(|n| !ours.contains(&n.as_str())).collect();
+            let extra: Vec<&&str> = ours.iter().filter(|n| !names.iter().any(|m| m == *n)).collect();
+            let mut note = format!("{} names in llama-vocab.cpp, {} registered", names.len(), ours.len());
+            if !missing.is_empty() {
+                note += &format!("; missing: {missing:?}");
+            }
+            if !extra.is_empty() {
+                note += &format!("; not in source: {extra:?}");
+            }
+            report.push(Check::counted(
+                GROUP_REG,
+                "tokenizer.ggml.pre names",
+                names.len() as u64,
+                (missing.len() + extra.len()) as u64,
+                None,
+                note,
+            ));
+        }
+    }
+}
+
+fn fixtures(cache: &Path, report: &mut Report) -> Result<()> {
+    let mut total = 0u64;
+    let mut bad_total = 0u64;
+    for v in models::ensure_vocab(cache)? {
+        let name = v.file_name().unwrap().to_string_lossy().trim_end_matches(".gguf").to_string();
+        let inp = PathBuf::from(format!("{}.inp", v.display()));
+        let out = PathBuf::from(format!("{}.out", v.display()));
+        if !inp.exists() || !out.exists() {
+            continue;
+        }
+        let tok = match load_ours(&v) {
+            Ok(t) => t,
+            Err(e) => {
+                report.push(Check::error(GROUP_FIX, &name, e));
+                continue;
+            }
+        };
+        let cases = read_fixture(&inp, &out)?;
+        let mut bad = 0u64;
+        let mut note = String::new();
+        for (text, want) in &cases {
+            let got = tok.encode_bytes(text, false, false);
+            let ok = matches!(&got, Ok(g) if g == want);
+            if !ok {
+                bad += 1;
+                if note.is_empty() {
+                    note = format!("first: {:?} want {:?} got {:?}", String::from_utf8_lossy(text), want, got);
+                    note.truncate(400);
+                }
+            }
+        }
+        total += cases.len() as u64;
+        bad_total += bad;
+        report.push(Check::counted(GROUP_FIX, &name, cases.len() as u64, bad, None, note));
+    }
+    report.note(format!("tokenizer fixtures: {total} cases, {bad_total} mismatches"));
+    Ok(())
+}
+
+/// The corpus: `n` cases, deterministic, mixing real text from the llama.cpp tree (code,
+/// docs, templates) with generated multilingual prose, CJK, emoji/ZWJ, whitespace runs,
+/// tabs/CRLF, digit runs, special-token text and invalid UTF-8.
+pub fn corpus(src: &Path, target_bytes: usize, seed: u64) -> Result<Vec<Vec<u8>>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    // real files
+    let mut real: Vec<Vec<u8>> = Vec::new();
+    for rel in [
+        "README.md",
+        "src/llama-vocab.cpp",
+        "src/llama-sampler.cpp",
+        "convert_hf_to_gguf.py",
+        "common/chat.cpp",
+        "docs/build.md",
+        "tools/server/README.md",
+        "models/templates/Qwen-Qwen2.5-7B-Instruct.jinja",
+        "grammars/json.gbnf",
+        "ggml/src/ggml.c",
+    ] {
+        if let Ok(b) = std::fs::read(src.join(rel)) {
+            real.push(b);
+        }
+    }
+    for f in std::fs::read_dir(src.join("models"))? {
+        let p = f?.path();
+        if p.extension().is_some_and(|e| e == "inp") {
+            real.push(std::fs::read(&p)?);
+        }
+    }
+    const PROSE: &[&str] = &[
+        "The quick brown fox jumps over the lazy dog. It's 3:45 p.m. and we've got 1,234,567 reasons—don't we?",
+        "Der schnelle braune Fuchs springt über den faulen Hund. Größe, Maß, Straße; „Anführungszeichen“.",
+        "Le cœur a ses raisons que la raison ne connaît point. L'été, où êtes-vous ? « Ça va ! »",
+        "El niño pequeño comió ñoquis; ¿dónde está la biblioteca? ¡Olé!",
+        "Съешь же ещё этих мягких французских булок, да выпей чаю. Москва — столица России.",
+        "Γαζέες καὶ μυρτιὲς δὲν θὰ βρῶ πιὰ στὸ χρυσαφὶ ξέφωτο.",
+        "我能吞下玻璃而不伤身体。今天天气很好，我们去公园散步吧！《红楼梦》是中国古典小说。",
+        "私はガラスを食べられます。それは私を傷つけません。東京タワーは高いです。カタカナ、ひらがな。",
+        "나는 유리를 먹을 수 있어요. 그래도 아프지 않아요. 한국어 텍스트입니다.",
+        "मैं काँच खा सकता हूँ और मुझे उससे कोई चोट नहीं पहुंचती। हिन्दी भाषा।",
+        "أنا قادر على أكل الزجاج و هذا لا يؤلمني. اللغة العربية جميلة.",
+        "אני יכול לאכול זכוכית וזה לא מזיק לי.",
+        "ฉันกินกระจกได้ แต่มันไม่ทำให้ฉันเจ็บ ภาษาไทย",
+        "Tôi có thể ăn thủy tinh mà không hại gì. Tiếng Việt có dấu: ă â ê ô ơ ư đ.",
+        "Mogę jeść szkło i mi nie szkodzi. Zażółć gęślą jaźń.",
+        "Bir cam yiyebilirim, bana zararı dokunmaz. İstanbul'da ılık hava; Türkçe'nin ğüşiöç harfleri.",
+        "Μπορῶ νὰ φάω σπασμένα γυαλιὰ χωρὶς νὰ πάθω τίποτα. Ελληνικά ΆΈΉ.",
+        "Կրնամ ապակի ուտել և ինծի անհանգիստ չըներ։ ქართული ენა",
+        "நான் கண்ணாடி சாப்பிடுவேன், அதனால் எனக்கு ஒரு கேடும் வராது. తెలుగు ಕನ್ನಡ বাংলা",
+        "ខ្ញុំអាចញុំកញ្ចក់បាន ដោយគ្មានបញ្ហារ ລາວ မြန်မာ",
+    ];
+    const EMOJI: &[&str] = &[
+        "😀",
+        "🦙",
+        "👍🏽",
+        "👨‍👩‍👧‍👦",
+        "🏳️‍🌈",
+        "🧑🏿‍💻",
+        "❤️",
+        "🇯🇵",
+        "🇺🇸",
+        "✅",
+        "🔥",
+        "1️⃣",
+        "👩‍❤️‍💋‍👨",
+        "🫠",
+        "©",
+        "™",
+        "∑∫√",
+        "½ ⅓ ¼",
+        "é",
+        "e\u{301}",
+        "ﬁ",
+        "Å",
+        "Ω",
+        "\u{200B}",
+        "\u{FEFF}",
+        "\u{00A0}",
+        "\u{3000}",
+        "\u{2028}",
+        "\u{0085}",
+    ];
+    const SPECIAL: &[&str] = &[
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<s>",
+        "</s>",
+        "<unk>",
+        "<start_of_turn>",
+        "<end_of_turn>",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        "<|start_header_id|>",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "<mask>",
+        "<pad>",
+        "<|fim_prefix|>",
+        "<|fim_middle|>",
+        "<|fim_suffix|>",
+        "<bos>",
+        "<eos>",
+        "<|user|>",
+        "<|assistant|>",
+        "<|end|>",
+        "<|system|>",
+        "<tool_call>",
+        "</tool_call>",
+        "<think>",
+        "</think>",
+        "<|file_sep|>",
+        "<|repo_name|>",
+    ];
+    const CODE: &[&str] = &[
+        "fn main() {\n    let x: Vec<u32> = (0..10).map(|i| i * 2).collect();\n    println!(\"{x:?}\");\n}\n",
+        "def f(a, b=2, *args, **kw):\n\treturn [i**2 for i in range(a) if i % b == 0]\n",
+        "if (x != nullptr && y->z[3] >= 0x1F) { return -1; } // comment\r\n",
+        "SELECT id, name FROM users WHERE age > 21 ORDER BY name DESC;\n",
+        "<div class=\"a\"><span id='b'>&amp; &lt;tag&gt;</span></div>\n",
+        "{\"key\": [1, 2.5e-3, true, null, \"s\\\"q\"], \"nested\": {\"k\": \"v\"}}\n",
+        "$ ls -la | grep '^d' && echo \"done\" >> /tmp/log.txt 2>&1\n",
+    ];
+    let pick = |rng: &mut StdRng, v: &[&'static str]| v[rng.gen_range(0..v.len())];
+    let mut cases = Vec::new();
+    let mut total = 0;
+    while total < target_bytes {
+        let kind = rng.gen_range(0..10);
+        let mut c: Vec<u8> = Vec::new();
+        match kind {
+            0 | 1 => {
+                // a slice of a real file
+                let f = &real[rng.gen_range(0..real.len())];
+                let len = rng.gen_range(1..3000).min(f.len());
+                let start = rng.gen_range(0..=f.len() - len);
+                c.extend_from_slice(&f[start..start + len]);
+            }
+            _ => {
+                let parts = rng.gen_range(1..40);
+                for _ in 0..parts {
+                    match rng.gen_range(0..20) {
+                        0..=6 => c.extend_from_slice(pick(&mut rng, PROSE).as_bytes()),
+                        7 | 8 => c.extend_from_slice(pick(&mut rng, EMOJI).as_bytes()),
+                        9 => c.extend_from_slice(pick(&mut rng, CODE).as_bytes()),
+                        10 => c.extend_from_slice(pick(&mut rng, SPECIAL).as_bytes()),
+                        11 => {
+                            let n = rng.gen_range(1..40);
+                            let ws = [b" ".as_slice(), b"\t", b"\n", b"\r\n", b"  ", b"\n\n"];
+                            for _ in 0..n {
+                                c.extend_from_slice(ws[rng.gen_range(0..ws.len())]);
+                            }
+                        }
+                        12 => {
+                            let n = rng.gen_range(1..30);
+                            for _ in 0..n {
+                                c.push(b'0' + rng.gen_range(0..10));
+                            }
+                        }
+                        13 => {
+                            // invalid UTF-8: lone continuation / truncated lead / FE FF / surrogate
+                            let bad: [&[u8]; 7] =
+                                [b"\x80", b"\xbf\xbf", b"\xc3", b"\xe2\x82", b"\xff", b"\xfe\xf8", b"\xed\xa0\x80"];
+                            c.extend_from_slice(bad[rng.gen_range(0..bad.len())]);
+                        }
+                        14 => {
+                            // random codepoints from assorted blocks
+                            let n = rng.gen_range(1..20);
+                            for _ in 0..n {
+                                let ranges = [
+                                    (0x20u32, 0x7e),
+                                    (0xa0, 0x24f),
+                                    (0x370, 0x52f),
+                                    (0x590, 0x6ff),
+                                    (0x900, 0xdff),
+                                    (0x1100, 0x11ff),
+                                    (0x2000, 0x2bff),
+                                    (0x3000, 0x30ff),
+                                    (0x4e00, 0x9fff),
+                                    (0xac00, 0xd7a3),
+                                    (0xff00, 0xffef),
+                                    (0x1f300, 0x1faff),
+                                    (0x20000, 0x2a6df),
+                                ];
+                                let (a, b) = ranges[rng.gen_range(0..ranges.len())];
+                                if let Some(ch) = char::from_u32(rng.gen_range(a..=b)) {
+                                    let mut buf = [0u8; 4];
+                                    c.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                                }
+                            }
+                        }
+                        15 => c.extend_from_slice(b" "),
+                        16 => c.extend_from_slice(
+                            ["'s", "'ll", "'VE", "n't", "'Re", "'d "][rng.gen_range(0..6)].as_bytes(),
+                        ),
+                        _ => {
+                            let words = [
+                                "hello",
+                                "world",
+                                "Hello",
+                                "WORLD",
+                                "the",
+                                "llama",
+                                "tokenizer",
+                                "GGUF",
+                                "ÜBER",
+                                "naïve",
+                                "x",
+                                "a1b2",
+                                "CamelCase",
+                                "snake_case",
+                                "URL:",
+                                "https://example.com/a?b=c&d=e",
+                            ];
+                            c.extend_from_slice(words[rng.gen_range(0..words.len())].as_bytes());
+                        }
+                    }
+                    if rng.gen_bool(0.6) {
+                        c.push(b' ');
+                    }
+                }
+            }
+        }
+        total += c.len();
+        cases.push(c);
+    }
+    Ok(cases)
+}
+
+fn corpus_check(cache: &Path, name: &str, path: &Path, lib: &LlamaLib, cases: &[Vec<u8>], report: &mut Report) {
+    let r = (|| -> Result<Vec<Check>> {
+        let ours = load_ours(path)?;
+        let theirs = lib.open(path)?;
+        let mut out = Vec::new();
+        anyhow::ensure!(ours.n_vocab() == theirs.n_vocab(), "n_vocab {} vs {}", ours.n_vocab(), theirs.n_vocab());
+        // pieces and eog over the whole vocabulary
+        let (mut pbad, mut ebad, mut pnote) = (0u64, 0u64, String::new());
+        for id in 0..ours.n_vocab() as u32 {
+            for special in [false, true] {
+                let a = ours.token_to_piece(id, special)?;
+                let b = theirs.token_to_piece(id, special)?;
+                if a != b {
+                    pbad += 1;
+                    if pnote.is_empty() {
+                        pnote = format!(
+                            "id {id} special={special}: ours {:?} llama {:?}",
+                            String::from_utf8_lossy(&a),
+                            String::from_utf8_lossy(&b)
+                        );
+                    }
+                }
+            }
+            if ours.is_eog(id) != theirs.is_eog(id) {
+                ebad += 1;
+                if pnote.is_empty() {
+                    pnote = format!("eog differs at id {id}");
+                }
+            }
+        }
+        out.push(Check::counted(
+            GROUP_CORPUS,
+            &format!("{name}: token_to_piece + is_eog"),
+            2 * ours.n_vocab() as u64,
+            pbad + ebad,
+            None,
+            pnote,
+        ));
+        // encode / decode
+        let (mut n, mut bad, mut dn, mut dbad, mut bytes) = (0u64, 0u64, 0u64, 0u64, 0usize);
+        let (mut note, mut dnote) = (String::new(), String::new());
+        let (mut t_ours, mut t_theirs) = (0f64, 0f64);
+        for (i, text) in cases.iter().enumerate() {
+            let parse_special = i % 2 == 1;
+            let add_special = i % 3 != 0;
+            let t0 = Instant::now();
+            let a = ours.encode_bytes(text, add_special, parse_special);
+            t_ours += t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            let b = theirs.tokenize(text, add_special, parse_special)?;
+            t_theirs += t0.elapsed().as_secs_f64();
+            bytes += text.len();
+            n += 1;
+            let a = match a {
+                Ok(a) => a,
+                Err(e) => {
+                    bad += 1;
+                    if note.is_empty() {
+                        note = format!("case {i}: error {e}");
+                    }
+                    continue;
+                }
+            };
+            if a != b {
+                bad += 1;
+                if note.is_empty() {
+                    let k = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+                    note = format!(
+                        "case {i} (parse_special={parse_special}) len {}: first diff at token {k}: ours {:?} llama {:?}",
+                        text.len(),
+                        &a[k.saturating_sub(2)..(k + 3).min(a.len())],
+                        &b[k.saturating_sub(2)..(k + 3).min(b.len())]
+                    );
+                }
+            }
+            for (rm, unparse) in [(false, false), (true, true), (false, true)] {
+                dn += 1;
+                let x = ours.decode(&b, rm, unparse)?;
+                let y = theirs.detokenize(&b, rm, unparse)?;
+                if x != y {
+                    dbad += 1;
+                    if dnote.is_empty() {
+                        dnote = format!(
+                            "case {i} rm={rm} unparse={unparse}: ours {:?} llama {:?}",
+                            String::from_utf8_lossy(&x).chars().take(80).collect::<String>(),
+                            String::from_utf8_lossy(&y).chars().take(80).collect::<String>()
+                        );
+                    }
+                }
+            }
+        }
+        let mbs = |t: f64| bytes as f64 / t.max(1e-9) / 1e6;
+        let speed = format!(
+            "ours {:.2} MB/s, llama.cpp {:.2} MB/s ({:.2}x)",
+            mbs(t_ours),
+            mbs(t_theirs),
+            t_theirs / t_ours.max(1e-9)
+        );
+        let note = if note.is_empty() { format!("{bytes} bytes; {speed}") } else { format!("{note}; {speed}") };
+        out.push(Check::counted(GROUP_CORPUS, &format!("{name}: encode"), n, bad, None, note));
+        out.push(Check::counted(GROUP_CORPUS, &format!("{name}: decode"), dn, dbad, None, dnote));
+        let _ = cache;
+        Ok(out)
+    })();
+    match r {
+        Ok(cs) => cs.into_iter().for_each(|c| report.push(c)),
+        Err(e) => report.push(Check::error(GROUP_CORPUS, name, e)),
+    }
+}
+
+/// `cargo xtask verify tokenizer`.
+pub fn run(cache: &Path, opts: &TokOpts, report: &mut Report) -> Result<()> {
+    let src = llama_cpp::ensure_src(cache)?;
+    registry(&src, report);
+    fixtures(cache, report)?;
+    llama_cpp::require_built(cache)?;
+    let bin = llama_cpp::build_dir(cache).join("bin");
+    let lib = LlamaLib::load(&bin, &src).context("loading libllama")?;
+    let target = if opts.quick { 256 * 1024 } else { 1 << 20 };
+    let cases = corpus(&src, target, 0x70c0)?;
+    let total: usize = cases.iter().map(Vec::len).sum();
+    report.note(format!("tokenizer corpus: {} cases, {total} bytes", cases.len()));
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for m in models::MODELS {
+        files.push((m.name.to_string(), models::ensure_model(m)?));
+    }
+    for v in models::ensure_vocab(cache)? {
+        let name = v.file_name().unwrap().to_string_lossy().trim_end_matches(".gguf").to_string();
+        files.push((name, v));
+    }
+    for (name, path) in &files {
+        corpus_check(cache, name, path, &lib, &cases, report);
+    }
+    Ok(())
+}
