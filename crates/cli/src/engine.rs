@@ -25,9 +25,10 @@ pub struct ModelArgs {
     /// Threads (default: all cores).
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
-    /// Context size in tokens (0 = the model's training context).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
-    pub ctx_size: usize,
+    /// Context size in tokens (0 = the model's training context; default 4096, and for
+    /// `bench` the test's prompt + generated tokens, as llama-bench sizes it).
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
     /// Largest number of tokens evaluated at once.
     #[arg(long = "ubatch-size", short = 'u', default_value_t = 512)]
     pub ubatch: usize,
@@ -177,8 +178,12 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
 }
 
 pub(crate) fn state(l: &Loaded, args: &ModelArgs) -> Result<Box<dyn State>> {
+    state_with_ctx(l, args, args.ctx_size.unwrap_or(4096))
+}
+
+fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Result<Box<dyn State>> {
     let opts = StateOptions {
-        n_ctx: args.ctx_size,
+        n_ctx,
         n_threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         cache_type_k: CacheType::parse(&args.cache_type_k)?,
         cache_type_v: CacheType::parse(&args.cache_type_v)?,
@@ -369,7 +374,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let n_vocab = l.model.n_vocab() as u32;
     let tok = |i: usize| ((i as u64 * 2654435761) % n_vocab as u64) as u32;
     let mut results = Vec::new();
-    let mut st = state(&l, &args.model)?;
+    let n_ctx = args.model.ctx_size.unwrap_or(args.n_prompt + args.n_gen).max(1);
+    let mut st = state_with_ctx(&l, &args.model, n_ctx)?;
     // warm-up, as llama-bench does
     l.model.forward(st.as_mut(), &[tok(0)], Logits::Last)?;
     let mut tests = Vec::new();
