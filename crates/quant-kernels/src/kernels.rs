@@ -57,7 +57,7 @@ scalar_act!(F32, act::convert_f32);
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::arch::x86_64::{avx2, has_avx2};
+    use crate::arch::x86_64::{avx2, has_avx2, vnni};
 
     macro_rules! avx2_kernel {
         ($ty:ty, $act:ty, $f:path) => {
@@ -88,6 +88,28 @@ mod x86 {
     avx2_kernel!(Q4K, Q8K, avx2::q4_k_q8_k);
     avx2_kernel!(Q5K, Q8K, avx2::q5_k_q8_k);
     avx2_kernel!(Q6K, Q8K, avx2::q6_k_q8_k);
+
+    macro_rules! vnni_kernel {
+        ($ty:ty, $act:ty, $f:path, $tile:path) => {
+            inventory::submit! {
+                Kernel {
+                    type_id: <$ty as GgmlType>::ID,
+                    backend: "avx512vnni",
+                    priority: 20,
+                    available: vnni::has_vnni,
+                    vec_dot_type: <$act as GgmlType>::ID,
+                    vec_dot: $f,
+                    tile: Some($tile),
+                }
+            }
+        };
+    }
+
+    vnni_kernel!(Q4_0, Q8_0, vnni::q4_0_q8_0, vnni::q4_0_tile);
+    vnni_kernel!(Q4_1, Q8_1, vnni::q4_1_q8_1, vnni::q4_1_tile);
+    vnni_kernel!(Q5_0, Q8_0, vnni::q5_0_q8_0, vnni::q5_0_tile);
+    vnni_kernel!(Q5_1, Q8_1, vnni::q5_1_q8_1, vnni::q5_1_tile);
+    vnni_kernel!(Q8_0, Q8_0, vnni::q8_0_q8_0, vnni::q8_0_tile);
 
     inventory::submit! {
         ActQuantizer { type_id: <Q8_0 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_0 }

@@ -33,5 +33,5 @@ pub use inventory;
 /// twin in [`scalar`]).
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64 {
-    pub use crate::arch::x86_64::{avx2, has_avx2};
+    pub use crate::arch::x86_64::{avx2, has_avx2, vnni};
 }

@@ -171,7 +171,7 @@ pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [
                     None => tile_by_vec_dot(k.vec_dot, &t, out, ys),
                 }
             };
-            split(pool, rows, n_tokens, act_row, y, &tile);
+            split(pool, rows, n_tokens, act_row, w.row_bytes, y, &tile);
             ACT_BUF.with(|b| b.set(xq));
         }
         Path::Generic => {
@@ -186,7 +186,7 @@ pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [
                     }
                 }
             };
-            split(pool, rows, n_tokens, cols * 4, y, &tile);
+            split(pool, rows, n_tokens, cols * 4, w.row_bytes, y, &tile);
         }
     }
     Ok(())
@@ -228,7 +228,15 @@ type TileClosure<'a> = dyn Fn(usize, usize, usize, usize, &mut [f32], usize) + S
 
 /// Runs `tile(r0, nr, t0, nt, out, out_stride)` over the whole `rows × n_tokens` output,
 /// split across the pool.
-fn split(pool: &Pool, rows: usize, n_tokens: usize, act_row_bytes: usize, y: &mut [f32], tile: &TileClosure<'_>) {
+fn split(
+    pool: &Pool,
+    rows: usize,
+    n_tokens: usize,
+    act_row_bytes: usize,
+    w_row_bytes: usize,
+    y: &mut [f32],
+    tile: &TileClosure<'_>,
+) {
     let nth = pool.n_threads();
     if n_tokens < TOKEN_SPLIT_FROM {
         // Row blocks, all tokens per block: weights are read once.
@@ -262,14 +270,15 @@ fn split(pool: &Pool, rows: usize, n_tokens: usize, act_row_bytes: usize, y: &mu
     // Token blocks, all rows per block: a weight row is decoded once per token block and
     // the block's activations stay in cache.
     let tb = (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK).min(n_tokens.div_ceil(nth)).max(1);
-    const ROW_BLOCK: usize = 64;
+    // Rows per tile: the tile's weights (re-read once per 4 tokens) should fit in L1.
+    let row_block = (16 * 1024 / w_row_bytes.max(1)).clamp(4, 64);
     let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(tb * rows).map(Mutex::new).collect();
     pool.for_each(chunks.len(), &|i| {
         let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
         let nt = out.len() / rows;
         let mut r0 = 0;
         while r0 < rows {
-            let nr = ROW_BLOCK.min(rows - r0);
+            let nr = row_block.min(rows - r0);
             tile(r0, nr, i * tb, nt, &mut out[r0..], rows);
             r0 += nr;
         }

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 pub mod avx2;
 pub mod ops;
+pub mod vnni;
 
 const UNKNOWN: u8 = 0;
 const HAS: u8 = 1;

@@ -1,0 +1,269 @@
+//! AVX-512 VNNI (256-bit, `vpdpbusd` on ymm via AVX512VL) tile kernels: one weight row
+//! decoded once and dotted with up to four activation rows, for the legacy types (q4_0,
+//! q4_1, q5_0, q5_1, q8_0 × Q8_0/Q8_1) and the K types (× Q8_K).
+//!
+//! Integer lane sums equal those of ggml's AVX2 kernels (`mul_sum_i8_pairs_float` /
+//! `mul_sum_us8_pairs_float`, which on a VNNI build are `vpdpbusd` too): signed weights
+//! are fed as `w + offset` (unsigned) and `offset · Σx` (per 4-byte lane, precomputed
+//! once per tile for every activation block) is subtracted, which is exact. The float
+//! accumulation per token is ggml's (8 lanes, `fmadd` per block, `hsum_float_8`), so the
+//! results agree with the AVX2 kernels and the scalar twins within float rounding.
+
+use core::arch::x86_64::*;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::registry::Tile;
+use crate::scalar::act::{Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES};
+
+static VNNI: AtomicU8 = AtomicU8::new(0);
+
+/// AVX2/FMA/F16C plus AVX-512 F/BW/VL/VNNI are available.
+pub fn has_vnni() -> bool {
+    match VNNI.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let yes = super::has_avx2()
+                && std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vl")
+                && std::is_x86_feature_detected!("avx512vnni");
+            VNNI.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn hsum_float_8(x: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let h = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn load256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn nibbles_32(p: *const u8) -> __m256i {
+    let tmp = _mm_loadu_si128(p as *const __m128i);
+    let bytes = _mm256_insertf128_si256::<1>(_mm256_castsi128_si256(tmp), _mm_srli_epi16::<4>(tmp));
+    _mm256_and_si256(_mm256_set1_epi8(0xF), bytes)
+}
+
+/// 32 bits → 32 bytes, `0x10` where the bit is set.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn bits_32_x10(p: *const u8) -> __m256i {
+    let x32 = (p as *const u32).read_unaligned();
+    let m = _mm256_movm_epi8(x32);
+    _mm256_and_si256(m, _mm256_set1_epi8(0x10))
+}
+
+/// Per legacy weight type: block bytes, activation block bytes, offset of the activation
+/// quants, whether it has a min (`m·s` term), the unsigned offset of its quants.
+struct Legacy {
+    wb: usize,
+    xb: usize,
+    xq: usize,
+    has_min: bool,
+    offset: i8,
+}
+
+const Q4_0: Legacy = Legacy { wb: 18, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: 8 };
+const Q4_1: Legacy = Legacy { wb: 20, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
+const Q5_0: Legacy = Legacy { wb: 22, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: 16 };
+const Q5_1: Legacy = Legacy { wb: 24, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
+const Q8_0: Legacy = Legacy { wb: Q8_0_BYTES, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: -128 };
+
+/// Per-tile activation data: scales as f32, `s` of Q8_1 as f32, `offset·Σx` lane sums.
+struct Prep {
+    d: Vec<f32>,
+    s: Vec<f32>,
+    off: Vec<__m256i>,
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, nb: usize) -> Prep {
+    let mut d = Vec::with_capacity(tokens * nb);
+    let mut s = Vec::with_capacity(if l.has_min { tokens * nb } else { 0 });
+    let mut off = Vec::with_capacity(if l.offset != 0 { tokens * nb } else { 0 });
+    // `offset` as an unsigned multiplier: 8 and 16 directly; for q8_0 the weights are fed
+    // as w ^ 0x80 = w + 128, so 128 is subtracted.
+    let mult = _mm256_set1_epi8(if l.offset == -128 { -128 } else { l.offset });
+    for t in 0..tokens {
+        for b in 0..nb {
+            let p = x.add(t * x_stride + b * l.xb);
+            d.push(f16_at(p));
+            if l.has_min {
+                s.push(f16_at(p.add(2)));
+            }
+            if l.offset != 0 {
+                off.push(_mm256_dpbusd_epi32(_mm256_setzero_si256(), mult, load256(p.add(l.xq))));
+            }
+        }
+    }
+    Prep { d, s, off }
+}
+
+macro_rules! legacy_tile {
+    ($name:ident, $imp:ident, $l:expr, $unpack:ident) => {
+        /// Weight rows `0..rows` against tokens `t0..t0+T`.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $imp<const T: usize>(
+            w: *const u8,
+            w_stride: usize,
+            rows: usize,
+            nb: usize,
+            x: *const u8,
+            x_stride: usize,
+            p: &Prep,
+            t0: usize,
+            y: *mut f32,
+            y_stride: usize,
+        ) {
+            let l = $l;
+            for r in 0..rows {
+                let wr = w.add(r * w_stride);
+                let mut acc = [_mm256_setzero_ps(); T];
+                let mut summ = [0f32; T];
+                for b in 0..nb {
+                    let wb = wr.add(b * l.wb);
+                    let q = $unpack(wb);
+                    let dw = f16_at(wb);
+                    let mw = if l.has_min { f16_at(wb.add(2)) } else { 0.0 };
+                    for t in 0..T {
+                        let i = (t0 + t) * nb + b;
+                        let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
+                        let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
+                        if l.offset != 0 {
+                            dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
+                        }
+                        let d = _mm256_set1_ps(dw * *p.d.get_unchecked(i));
+                        acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[t]);
+                        if l.has_min {
+                            summ[t] += mw * *p.s.get_unchecked(i);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    *y.add((t0 + t) * y_stride + r) = hsum_float_8(acc[t]) + summ[t];
+                }
+            }
+        }
+
+        /// VNNI tile kernel (see the module docs); falls back to the AVX2/scalar
+        /// `vec_dot` loop when the CPU lacks the features.
+        pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+            let l = $l;
+            let nb = t.n / 32;
+            check(t, y, y_stride, l.wb * nb, l.xb * nb, nb * 32);
+            if t.rows == 0 || t.tokens == 0 {
+                return;
+            }
+            // SAFETY: `check` verified every row, activation row and output index the
+            // kernel touches is in bounds; the features are detected at run time before
+            // any call (`has_vnni`).
+            unsafe {
+                let p = prep_legacy(&l, t.x.as_ptr(), t.x_stride, t.tokens, nb);
+                let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
+                let mut t0 = 0;
+                while t0 < t.tokens {
+                    match t.tokens - t0 {
+                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
+                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
+                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
+                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
+                    }
+                    t0 += 4;
+                }
+            }
+        }
+    };
+}
+
+/// Bounds for a tile; panics (a caller bug, never reachable through `matmul`) rather
+/// than letting the kernel read or write out of bounds. Also requires VNNI: the tiles
+/// are only registered where `has_vnni()` holds.
+fn check(t: &Tile<'_>, y: &[f32], y_stride: usize, w_row: usize, x_row: usize, n_whole: usize) {
+    assert!(has_vnni(), "VNNI tile kernel called on a CPU without AVX-512 VNNI");
+    assert_eq!(n_whole, t.n, "tile: columns not a whole number of blocks");
+    if t.rows == 0 || t.tokens == 0 {
+        return;
+    }
+    assert!(t.w_stride >= w_row && t.w.len() >= (t.rows - 1) * t.w_stride + w_row, "tile: weight rows");
+    assert!(t.x_stride >= x_row && t.x.len() >= (t.tokens - 1) * t.x_stride + x_row, "tile: activation rows");
+    assert!(y_stride >= t.rows && y.len() >= (t.tokens - 1) * y_stride + t.rows, "tile: output");
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn unpack_q4_0(b: *const u8) -> __m256i {
+    nibbles_32(b.add(2))
+}
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn unpack_q4_1(b: *const u8) -> __m256i {
+    nibbles_32(b.add(4))
+}
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn unpack_q5_0(b: *const u8) -> __m256i {
+    _mm256_or_si256(nibbles_32(b.add(6)), bits_32_x10(b.add(2)))
+}
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn unpack_q5_1(b: *const u8) -> __m256i {
+    _mm256_or_si256(nibbles_32(b.add(8)), bits_32_x10(b.add(4)))
+}
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn unpack_q8_0(b: *const u8) -> __m256i {
+    _mm256_xor_si256(load256(b.add(2)), _mm256_set1_epi8(-128))
+}
+
+legacy_tile!(q4_0_tile, q4_0_imp, Q4_0, unpack_q4_0);
+legacy_tile!(q4_1_tile, q4_1_imp, Q4_1, unpack_q4_1);
+legacy_tile!(q5_0_tile, q5_0_imp, Q5_0, unpack_q5_0);
+legacy_tile!(q5_1_tile, q5_1_imp, Q5_1, unpack_q5_1);
+legacy_tile!(q8_0_tile, q8_0_imp, Q8_0, unpack_q8_0);
+
+/// `vec_dot` through a 1 × 1 tile.
+fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut y = [0f32];
+    tile(&Tile { n, w, w_stride: w.len(), rows: 1, x, x_stride: x.len(), tokens: 1 }, &mut y, 1);
+    y[0]
+}
+
+macro_rules! dot_of_tile {
+    ($($dot:ident = $tile:ident;)*) => {$(
+        /// One row · one activation row through the VNNI tile kernel.
+        pub fn $dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
+            dot_via_tile($tile, n, w, x)
+        }
+    )*};
+}
+
+dot_of_tile! {
+    q4_0_q8_0 = q4_0_tile;
+    q4_1_q8_1 = q4_1_tile;
+    q5_0_q8_0 = q5_0_tile;
+    q5_1_q8_1 = q5_1_tile;
+    q8_0_q8_0 = q8_0_tile;
+}
+
+#[allow(dead_code)]
+const _: usize = Q8_K_BYTES;
