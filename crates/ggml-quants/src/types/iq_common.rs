@@ -1,0 +1,201 @@
+//! Helpers shared by the IQ, TQ, FP4 and Q1_0/Q2_0 type modules: ports of the small
+//! `static` routines of `ggml/src/ggml-quants.c` and `ggml/src/ggml-impl.h` (llama.cpp
+//! `0c1e57098`) that those types use and the legacy/K types do not.
+//!
+//! The lattice search tables of the IQ quantizers (ggml's `iq2xs_init_impl` /
+//! `iq3xs_init_impl`) live in [`super::iq_grid`].
+
+use crate::util::c_f32_to_i32;
+
+/// `GROUP_MAX_EPS_IQ3_XXS`.
+pub const GROUP_MAX_EPS_IQ3_XXS: f32 = 1e-8;
+/// `GROUP_MAX_EPS_IQ2_S`.
+pub const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
+/// `GROUP_MAX_EPS_IQ1_M`.
+pub const GROUP_MAX_EPS_IQ1_M: f32 = 1e-7;
+/// `GROUP_MAX_EPS_IQ1_S`.
+pub const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
+
+/// `best_index_int8(n, val, x)`: index of the entry of the sorted table `val` nearest to
+/// `x` (bisection, ties to the upper entry, as in ggml).
+#[inline]
+pub fn best_index_int8(val: &[i8], x: f32) -> usize {
+    let n = val.len();
+    if x <= val[0] as f32 {
+        return 0;
+    }
+    if x >= val[n - 1] as f32 {
+        return n - 1;
+    }
+    let (mut ml, mut mu) = (0usize, n - 1);
+    while mu - ml > 1 {
+        let mav = (ml + mu) / 2;
+        if x < val[mav] as f32 {
+            mu = mav;
+        } else {
+            ml = mav;
+        }
+    }
+    if x - (val[mu - 1] as f32) < (val[mu] as f32) - x {
+        mu - 1
+    } else {
+        mu
+    }
+}
+
+/// C's `(int) lroundf(x)` on x86-64 glibc: round half away from zero into a `long`
+/// (`LONG_MIN` for NaN and out-of-range values), then truncated to `int`.
+#[inline]
+pub fn c_lroundf_i32(x: f32) -> i32 {
+    let l: i64 =
+        if x.is_nan() || !(-9.223372e18f32..9.223372e18f32).contains(&x) { i64::MIN } else { x.round() as i64 };
+    l as i32
+}
+
+/// C's `(int) roundf(x)` (cvttss2si of the rounded value).
+#[inline]
+pub fn c_roundf_i32(x: f32) -> i32 {
+    c_f32_to_i32(x.round())
+}
+
+/// `ggml_e8m0_to_fp32_half`: `2^(x - 128)` as an f32, denormal for `x < 2`.
+#[inline]
+pub fn e8m0_to_fp32_half(x: u8) -> f32 {
+    let bits: u32 = if x < 2 { 0x0020_0000u32 << x } else { ((x - 1) as u32) << 23 };
+    f32::from_bits(bits)
+}
+
+/// `ggml_ue4m3_to_fp32`: an unsigned E4M3 scale, halved (the E2M1 codebook is doubled).
+/// The top bit is ignored, as in ggml; `0` and `0x7F` decode to zero.
+#[inline]
+pub fn ue4m3_to_fp32(x: u8) -> f32 {
+    if x == 0 || x == 0x7F {
+        return 0.0;
+    }
+    let exp = ((x >> 3) & 0xF) as i32;
+    let man = (x & 0x7) as i32;
+    // ldexpf of these small values is exact: a power-of-two scaling.
+    let raw = if exp == 0 { man as f32 * pow2(-9) } else { (1.0 + man as f32 / 8.0) * pow2(exp - 7) };
+    raw * 0.5
+}
+
+/// `2^e` for `-126 <= e <= 127`.
+#[inline]
+fn pow2(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// `ggml_fp32_to_ue4m3`: round to the nearest unsigned E4M3 (ties up in the mantissa),
+/// saturating at 448, subnormals rounded half up.
+#[inline]
+pub fn fp32_to_ue4m3(x: f32) -> u8 {
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    if !(x > 0.0) {
+        return 0;
+    }
+    let x = if x > 448.0 { 448.0 } else { x };
+    let bits = x.to_bits();
+    let fp32_exp = ((bits >> 23) & 0xFF) as i32 - 127;
+    let fp32_man = ((bits >> 20) & 0x7) as i32;
+    let mut e = fp32_exp + 7;
+    if e <= 0 {
+        let man = c_f32_to_i32(x * 512.0 + 0.5).min(7);
+        if man < 1 {
+            return 0;
+        }
+        return man as u8;
+    }
+    if e >= 15 {
+        return 0x7E;
+    }
+    let round_bit = ((bits >> 19) & 1) as i32;
+    let mut m = fp32_man + round_bit;
+    if m > 7 {
+        m = 0;
+        e += 1;
+        if e >= 15 {
+            return 0x7E;
+        }
+    }
+    ((e << 3) | m) as u8
+}
+
+/// `best_index_mxfp4(x, e)`: the E2M1 code (of the doubled codebook `values`) whose value
+/// times `e` is nearest to `x`, first index on ties.
+#[inline]
+pub fn best_index_fp4(values: &[i8; 16], x: f32, e: f32) -> u8 {
+    let mut best = 0u8;
+    let mut best_err = (values[0] as f32 * e - x).abs();
+    for (i, &v) in values.iter().enumerate().skip(1) {
+        let err = (v as f32 * e - x).abs();
+        if err < best_err {
+            best = i as u8;
+            best_err = err;
+        }
+    }
+    best
+}
+
+/// A deterministic generator for unit tests: uniform floats in `[-1, 1)`.
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u32) -> impl FnMut() -> f32 {
+    let mut s = seed.max(1);
+    move || {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+    }
+}
+
+/// Root-mean-square difference of two equal-length slices (unit tests).
+#[cfg(test)]
+pub(crate) fn rmse(a: &[f32], b: &[f32]) -> f32 {
+    (a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>() / a.len() as f32).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_index_int8_matches_nearest() {
+        let v: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+        assert_eq!(best_index_int8(&v, -200.0), 0);
+        assert_eq!(best_index_int8(&v, 200.0), 15);
+        assert_eq!(best_index_int8(&v, 0.0), 8);
+        assert_eq!(best_index_int8(&v, -4.5), 8); // tie between -10 and 1 goes up
+        assert_eq!(best_index_int8(&v, -5.0), 7);
+        assert_eq!(best_index_int8(&v, f32::NAN), 15);
+    }
+
+    #[test]
+    fn lround_rounds_half_away_and_wraps_like_c() {
+        assert_eq!(c_lroundf_i32(0.5), 1);
+        assert_eq!(c_lroundf_i32(-0.5), -1);
+        assert_eq!(c_lroundf_i32(1.49), 1);
+        assert_eq!(c_lroundf_i32(f32::NAN), 0);
+        assert_eq!(c_lroundf_i32(f32::INFINITY), 0);
+        assert_eq!(c_lroundf_i32(4294967296.0 + 8192.0), 8192);
+    }
+
+    #[test]
+    fn ue4m3_roundtrips_every_code() {
+        for c in 1u8..0x78 {
+            let v = ue4m3_to_fp32(c) * 2.0;
+            assert_eq!(fp32_to_ue4m3(v), c, "code {c:#x} = {v}");
+        }
+        assert_eq!(ue4m3_to_fp32(0x7E), 224.0); // exponent 15 only comes from saturation
+        assert_eq!(fp32_to_ue4m3(1e9), 0x7E);
+        assert_eq!(fp32_to_ue4m3(-1.0), 0);
+        assert_eq!(fp32_to_ue4m3(f32::NAN), 0);
+        assert_eq!(ue4m3_to_fp32(1), 2f32.powi(-10));
+    }
+
+    #[test]
+    fn e8m0_half_is_a_power_of_two() {
+        for x in 0u8..=254 {
+            assert_eq!(e8m0_to_fp32_half(x), 2f64.powi(x as i32 - 128) as f32, "{x}");
+        }
+    }
+}
