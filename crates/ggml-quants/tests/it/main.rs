@@ -84,9 +84,12 @@ fn every_quantizer_roundtrips_within_its_precision() {
         let q = t.quantize_to_vec(&x, n, None).unwrap();
         let y = t.dequantize_to_vec(&q).unwrap();
         let rmse = (x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / n as f32).sqrt();
-        // Two bits per weight is the coarsest built-in; 3.0-amplitude uniform data then
-        // has an RMSE well under 1.
-        assert!(rmse < 0.8, "{}: rmse {rmse}", t.name);
+        // Uniform data of amplitude 3: the 1-bit and ternary codes (q1_0, q2_0, tq1_0,
+        // tq2_0, iq1_m: under 2.3 bits per weight) reach an RMSE of 3/(2·√3) ≈ 0.87; every
+        // finer type stays well under 0.8.
+        let bpw = 8.0 * t.type_size as f32 / t.block_size as f32;
+        let bound = if bpw < 2.3 { 0.95 } else { 0.8 };
+        assert!(rmse < bound, "{}: rmse {rmse} ({bpw} bits per weight)", t.name);
         let imatrix: Vec<f32> = (0..n).map(|i| 0.5 + (i % 13) as f32).collect();
         let qi = t.quantize_to_vec(&x, n, Some(&imatrix)).unwrap();
         assert_eq!(qi.len(), q.len(), "{}", t.name);
