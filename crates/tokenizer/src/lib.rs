@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod bpe;
+pub mod chat;
 
 mod hash;
 pub mod pretok;
