@@ -67,7 +67,7 @@ pub struct SampleArgs {
 }
 
 impl SampleArgs {
-    fn params(&self) -> SamplerParams {
+    pub(crate) fn params(&self) -> SamplerParams {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         });

@@ -1,9 +1,11 @@
 //! Library side of the `gguf` command: the model cache and fetcher shared with `xtask`,
 //! and the `inspect` rendering (so tests can call it without a process).
 
+pub mod chat;
 pub mod engine;
 pub mod fetch;
 pub mod inspect;
+pub mod tokenize;
 
 /// Writes `bytes` to `path` atomically: a temporary in the same directory, synced, then
 /// renamed over the target; on error the temporary is removed and the target untouched.

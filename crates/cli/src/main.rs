@@ -55,10 +55,18 @@ enum Command {
     Types,
     /// Generate text from a prompt (default model if no -m).
     Run(engine::RunArgs),
+    /// Interactive chat using the model's chat template.
+    Chat(gguf_cli::chat::ChatArgs),
     /// Write every position's logits as raw f32 ([n_tokens][n_vocab]).
     Logits(engine::LogitsArgs),
     /// Measure prompt processing and generation speed, like llama-bench.
     Bench(engine::BenchArgs),
+    /// Print the token ids of a text, like llama-tokenize.
+    Tokenize(gguf_cli::tokenize::TokenizeArgs),
+    /// Print the text of token ids.
+    Detokenize(gguf_cli::tokenize::DetokenizeArgs),
+    /// Render a conversation (JSON messages) with the file's chat template.
+    ChatTemplate(gguf_cli::tokenize::ChatTemplateArgs),
 }
 
 fn main() -> ExitCode {
@@ -117,6 +125,10 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Run(a) => engine::run(&a),
+        Command::Tokenize(a) => gguf_cli::tokenize::tokenize(&a, &mut std::io::stdout().lock()),
+        Command::Detokenize(a) => gguf_cli::tokenize::detokenize(&a, &mut std::io::stdout().lock()),
+        Command::ChatTemplate(a) => gguf_cli::tokenize::chat_template(&a, &mut std::io::stdout().lock()),
+        Command::Chat(a) => gguf_cli::chat::chat(&a),
         Command::Logits(a) => engine::logits(&a),
         Command::Bench(a) => engine::bench(&a),
         Command::Types => {
