@@ -6,8 +6,10 @@
 //! calls) and `quantize_row_iq2_s_ref` (`from_float_ref`: the same without an imatrix).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
+use crate::types::iq_common::GROUP_MAX_EPS_IQ2_S;
+use crate::types::iq_grid::iq2s;
 use crate::types::iq_tables::{IQ2S_GRID, KMASK_IQ2XS};
-use crate::util::read_f16;
+use crate::util::{c_max, f32_to_fp16, nearest_int, read_f16};
 use crate::QK_K;
 
 /// ggml's `block_iq2_s` (82 bytes):
@@ -42,8 +44,8 @@ impl GgmlType for Iq2S {
     const ID: u32 = 22;
     const BLOCK_SIZE: usize = QK_K;
     const TYPE_SIZE: usize = TS;
-    const QUANTIZE_REF: Option<QuantizeRefFn> = None;
-    const QUANTIZE_ROWS: Option<QuantizeRowsFn> = None;
+    const QUANTIZE_REF: Option<QuantizeRefFn> = Some(quantize_ref);
+    const QUANTIZE_ROWS: Option<QuantizeRowsFn> = Some(quantize_rows);
 
     /// `dequantize_row_iq2_s`.
     fn dequantize(src: &[u8], dst: &mut [f32]) {
@@ -68,3 +70,235 @@ impl GgmlType for Iq2S {
 }
 
 inventory::submit! { <Iq2S as GgmlType>::TRAITS }
+
+const OFF_QS: usize = 2;
+const OFF_SIGNS: usize = OFF_QS + QK_K / 8;
+const OFF_QH: usize = OFF_QS + QK_K / 4;
+const OFF_SCALES: usize = OFF_QH + QK_K / 32;
+
+/// `quantize_row_iq2_s_impl` for one super-block; `qw` its importance weights.
+fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
+    const K_MAX_Q: i32 = 3;
+    let g = iq2s();
+    let mut scales = [0f32; QK_K / 16];
+    let mut weight = [0f32; 16];
+    let mut xval = [0f32; 16];
+    let mut l = [0i8; 16];
+    let mut laux = [0i8; 16];
+    let mut waux = [0f32; 16];
+    let mut is_on_grid_aux = [true; 2];
+    let mut block_signs = [0u8; 2];
+
+    y[..TS].fill(0);
+    let mut max_scale = 0f32;
+    let mut sumx2 = 0f32;
+    for &v in xbl {
+        sumx2 += v * v;
+    }
+    let sigma2 = 2.0 * sumx2 / QK_K as f32;
+
+    for ib in 0..QK_K / 16 {
+        let xb = &xbl[16 * ib..16 * ib + 16];
+        match qw {
+            Some(qw) => {
+                let qwb = &qw[16 * ib..16 * ib + 16];
+                for i in 0..16 {
+                    weight[i] = qwb[i] * (sigma2 + xb[i] * xb[i]).sqrt();
+                }
+            }
+            None => {
+                for i in 0..16 {
+                    weight[i] = 0.25 * sigma2 + xb[i] * xb[i];
+                }
+            }
+        }
+        for i in 0..16 {
+            waux[i] = weight[i].sqrt();
+        }
+        for k in 0..2 {
+            let mut s = 0u8;
+            for i in 0..8 {
+                if xb[8 * k + i] >= 0.0 {
+                    xval[8 * k + i] = xb[8 * k + i];
+                } else {
+                    xval[8 * k + i] = -xb[8 * k + i];
+                    s |= 1 << i;
+                }
+            }
+            block_signs[k] = s;
+        }
+        let mut max = xval[0];
+        for &v in &xval[1..] {
+            max = c_max(max, v);
+        }
+        l.fill(0);
+        if max < GROUP_MAX_EPS_IQ2_S {
+            scales[ib] = 0.0;
+            continue;
+        }
+        let mut best = 0f32;
+        let mut scale = max / (2 * K_MAX_Q - 1) as f32;
+        let mut is_on_grid = [true; 2];
+        for is in -9i32..=9 {
+            let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.1) / max;
+            let this_scale = 1.0 / id;
+            for k in 0..2 {
+                let mut u = 0usize;
+                for i in 0..8 {
+                    let li = nearest_int(0.5 * (id * xval[8 * k + i] - 1.0));
+                    laux[8 * k + i] = 0.max((K_MAX_Q - 1).min(li)) as i8;
+                    u |= (laux[8 * k + i] as usize) << (2 * i);
+                }
+                let m = g.map[u];
+                is_on_grid_aux[k] = true;
+                if m < 0 {
+                    is_on_grid_aux[k] = false;
+                    g.find_best_neighbour(
+                        m,
+                        &xval[8 * k..8 * k + 8],
+                        &waux[8 * k..8 * k + 8],
+                        this_scale,
+                        &mut laux[8 * k..8 * k + 8],
+                    );
+                }
+            }
+            let mut sumqx = 0f32;
+            let mut sumq2 = 0f32;
+            for i in 0..16 {
+                let w = weight[i];
+                let q = (2 * laux[i] as i32 + 1) as f32;
+                sumqx += w * xval[i] * q;
+                sumq2 += w * q * q;
+            }
+            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                scale = sumqx / sumq2;
+                best = scale * sumqx;
+                l = laux;
+                is_on_grid = is_on_grid_aux;
+            }
+        }
+        if is_on_grid.iter().any(|&b| !b) && scale > 0.0 {
+            let id = 1.0 / scale;
+            for k in 0..2 {
+                if is_on_grid[k] {
+                    continue;
+                }
+                let mut u = 0usize;
+                for i in 0..8 {
+                    let li = 0.max((K_MAX_Q - 1).min(nearest_int(0.5 * (id * xval[8 * k + i] - 1.0))));
+                    u |= (li as usize) << (2 * i);
+                    l[8 * k + i] = li as i8;
+                }
+                let m = g.map[u];
+                if m < 0 {
+                    g.find_best_neighbour(
+                        m,
+                        &xval[8 * k..8 * k + 8],
+                        &waux[8 * k..8 * k + 8],
+                        scale,
+                        &mut l[8 * k..8 * k + 8],
+                    );
+                }
+            }
+            let mut sumqx = 0f32;
+            let mut sumq2 = 0f32;
+            for i in 0..16 {
+                let w = weight[i];
+                let q = (2 * l[i] as i32 + 1) as f32;
+                sumqx += w * xval[i] * q;
+                sumq2 += w * q * q;
+            }
+            if sumq2 > 0.0 {
+                scale = sumqx / sumq2;
+            }
+        }
+        if scale < 0.0 {
+            scale = -scale;
+            for s in &mut block_signs {
+                *s = !*s;
+            }
+        }
+        for k in 0..2 {
+            let mut u = 0usize;
+            for i in 0..8 {
+                u |= (l[8 * k + i] as usize) << (2 * i);
+            }
+            // Not a grid point only for non-finite input (ggml aborts); index 0 stands in.
+            let gi = g.map[u].max(0) as usize;
+            let i8 = 2 * ib + k;
+            y[OFF_QS + i8] = (gi & 255) as u8;
+            y[OFF_QH + i8 / 4] |= ((gi >> 8) << (2 * (i8 % 4))) as u8;
+            y[OFF_SIGNS + i8] = block_signs[k];
+        }
+        scales[ib] = scale;
+        max_scale = c_max(max_scale, scale);
+    }
+
+    #[allow(clippy::float_cmp)]
+    if max_scale == 0.0 {
+        return;
+    }
+    let d = max_scale / 31.0;
+    y[0..2].copy_from_slice(&f32_to_fp16(d * 0.9875).to_le_bytes());
+    let id = 1.0 / d;
+    for ib in 0..QK_K / 16 {
+        let li = 0.max(15.min(nearest_int(0.5 * (id * scales[ib] - 1.0)))) as u8;
+        if ib % 2 == 0 {
+            y[OFF_SCALES + ib / 2] = li;
+        } else {
+            y[OFF_SCALES + ib / 2] |= li << 4;
+        }
+    }
+}
+
+/// `quantize_iq2_s`: `quantize_row_iq2_s_impl` row by row, with the importance matrix
+/// when given, else weights `σ²/4 + x²`.
+pub fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
+    let row_bytes = n_per_row / QK_K * TS;
+    for (xr, yr) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_bytes)) {
+        for (ib, (x, y)) in xr.chunks_exact(QK_K).zip(yr.chunks_exact_mut(TS)).enumerate() {
+            quantize_block(x, imatrix.map(|w| &w[QK_K * ib..QK_K * (ib + 1)]), y);
+        }
+    }
+}
+
+/// `quantize_row_iq2_s_ref`: the quantizer without an importance matrix.
+pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
+    for (x, y) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(TS)) {
+        quantize_block(x, None, y);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::iq_common::{rmse, test_rng};
+
+    #[test]
+    fn roundtrip_error_is_reasonable() {
+        let mut r = test_rng(41);
+        let n = 2 * QK_K;
+        let x: Vec<f32> = (0..2 * n).map(|_| r()).collect();
+        let im: Vec<f32> = (0..n).map(|_| r().abs() + 0.1).collect();
+        for w in [None, Some(&im[..])] {
+            let q = Iq2S::TRAITS.quantize_to_vec(&x, n, w).unwrap();
+            let y = Iq2S::TRAITS.dequantize_to_vec(&q).unwrap();
+            assert!(rmse(&x, &y) < 0.25, "{}", rmse(&x, &y));
+        }
+    }
+
+    #[test]
+    fn decodes_handmade_block() {
+        let mut b = [0u8; TS];
+        crate::util::write_f16(&mut b, 0, 1.0);
+        b[OFF_QS + 1] = 7; // group 1 (weights 8..16): grid point 0x200 + 7
+        b[OFF_QH] = 0b1000; // bits 2..4: high bits of group 1 = 2
+        b[OFF_SIGNS + 1] = 1; // weight 8 negative
+        b[OFF_SCALES] = 0x03; // first 16: 3.5·0.25
+        let mut y = [0f32; QK_K];
+        Iq2S::dequantize(&b, &mut y);
+        let g = IQ2S_GRID[0x207].to_le_bytes();
+        assert_eq!(y[8], -0.875 * g[0] as f32);
+        assert_eq!(y[9], 0.875 * g[1] as f32);
+    }
+}

@@ -136,6 +136,43 @@ pub fn best_index_fp4(values: &[i8; 16], x: f32, e: f32) -> u8 {
     best
 }
 
+/// glibc's `qsort` as ggml's IQ1 quantizers call it on (value, index) pairs compared by
+/// value only (`iq1_sort_helper`): glibc 2.x sorts small arrays with its top-down merge
+/// sort (`msort_with_tmp`), which is stable; this is that merge sort, step for step, so
+/// ties (and NaN, which compares equal to everything) land where glibc puts them.
+pub fn glibc_msort_pairs(b: &mut [(f32, u8)]) {
+    /// `iq1_sort_helper(a, b) <= 0`.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    fn cmp_le(a: f32, b: f32) -> bool {
+        !(a > b)
+    }
+    fn rec(b: &mut [(f32, u8)], tmp: &mut Vec<(f32, u8)>) {
+        let n = b.len();
+        if n <= 1 {
+            return;
+        }
+        let n1 = n / 2;
+        rec(&mut b[..n1], tmp);
+        rec(&mut b[n1..], tmp);
+        tmp.clear();
+        let (mut i, mut j) = (0, n1);
+        while i < n1 && j < n {
+            if cmp_le(b[i].0, b[j].0) {
+                tmp.push(b[i]);
+                i += 1;
+            } else {
+                tmp.push(b[j]);
+                j += 1;
+            }
+        }
+        tmp.extend_from_slice(&b[i..n1]);
+        let k = tmp.len();
+        b[..k].copy_from_slice(tmp);
+    }
+    let mut tmp = Vec::with_capacity(b.len());
+    rec(b, &mut tmp);
+}
+
 /// A deterministic generator for unit tests: uniform floats in `[-1, 1)`.
 #[cfg(test)]
 pub(crate) fn test_rng(seed: u32) -> impl FnMut() -> f32 {
@@ -190,6 +227,15 @@ mod tests {
         assert_eq!(fp32_to_ue4m3(-1.0), 0);
         assert_eq!(fp32_to_ue4m3(f32::NAN), 0);
         assert_eq!(ue4m3_to_fp32(1), 2f32.powi(-10));
+    }
+
+    #[test]
+    fn msort_is_stable_and_sorted() {
+        let mut v: Vec<(f32, u8)> =
+            [3.0, 1.0, 2.0, 1.0, -0.0, 0.0, 3.0, -5.0].iter().enumerate().map(|(i, &x)| (x, i as u8)).collect();
+        glibc_msort_pairs(&mut v);
+        let idx: Vec<u8> = v.iter().map(|p| p.1).collect();
+        assert_eq!(idx, [7, 4, 5, 1, 3, 2, 0, 6]);
     }
 
     #[test]
