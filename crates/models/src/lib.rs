@@ -16,6 +16,7 @@ pub mod model;
 pub mod registry;
 pub mod rope;
 pub mod sampling;
+pub mod synthetic;
 pub mod transformer;
 
 use std::path::Path;

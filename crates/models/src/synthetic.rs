@@ -1,0 +1,179 @@
+//! Tiny random-weight models of every built-in architecture, written with this project's
+//! writer: for tests (here and in the CLI) and for trying the engine without a download.
+//! Optionally with a byte-level `gpt2` tokenizer (256 byte tokens, no merges, an
+//! `<|endoftext|>` end-of-generation token), so the whole `gguf run` path works.
+
+use std::path::Path;
+
+use gguf_format::{Array, GgufWriter, Value};
+use rand::{Rng, SeedableRng};
+
+use crate::Result;
+
+/// Shape and options of a tiny model.
+#[derive(Debug, Clone)]
+pub struct Tiny {
+    /// `general.architecture`: llama, qwen2, qwen3, qwen3moe, gemma3 (or any name using
+    /// their tensor layout).
+    pub arch: String,
+    /// Embedding width.
+    pub n_embd: u64,
+    /// Blocks.
+    pub n_layer: u64,
+    /// Query heads.
+    pub n_head: u64,
+    /// KV heads.
+    pub n_head_kv: u64,
+    /// Head width.
+    pub head: u64,
+    /// FFN (or per-expert FFN) width.
+    pub n_ff: u64,
+    /// Vocabulary size (257 with [`Tiny::tokenizer`]).
+    pub n_vocab: u64,
+    /// Store matrices as Q8_0 instead of F32.
+    pub q8: bool,
+    /// Experts (qwen3moe).
+    pub n_expert: u64,
+    /// Add the byte-level tokenizer.
+    pub tokenizer: bool,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+impl Tiny {
+    /// A 2-layer model of `arch` (64 wide, 4 heads / 2 KV heads of 16, 50 tokens).
+    pub fn new(arch: &str) -> Tiny {
+        Tiny {
+            arch: arch.to_string(),
+            n_embd: 64,
+            n_layer: 2,
+            n_head: 4,
+            n_head_kv: 2,
+            head: 16,
+            n_ff: 96,
+            n_vocab: 50,
+            q8: false,
+            n_expert: if arch == "qwen3moe" { 4 } else { 0 },
+            tokenizer: false,
+            seed: 42,
+        }
+    }
+
+    /// The same with the byte-level tokenizer (and 257 tokens).
+    pub fn with_tokenizer(mut self) -> Tiny {
+        self.tokenizer = true;
+        self.n_vocab = 257;
+        self
+    }
+}
+
+/// GPT-2's byte → printable character map.
+fn byte_char(b: u8) -> char {
+    let printable = |c: u32| (0x21..=0x7e).contains(&c) || (0xa1..=0xac).contains(&c) || (0xae..=0xff).contains(&c);
+    if printable(b as u32) {
+        return char::from_u32(b as u32).unwrap_or('?');
+    }
+    let n = (0..b as u32).filter(|&c| !printable(c)).count() as u32;
+    char::from_u32(256 + n).unwrap_or('?')
+}
+
+fn rand_f32(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale).collect()
+}
+
+/// Writes the model to `path`, leaving out tensor `skip` and adding `extra` keys.
+pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)]) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(t.seed);
+    let mut w = GgufWriter::new();
+    let a = t.arch.as_str();
+    w.add_kv("general.architecture", a);
+    w.add_kv(&format!("{a}.block_count"), t.n_layer as u32);
+    w.add_kv(&format!("{a}.embedding_length"), t.n_embd as u32);
+    w.add_kv(&format!("{a}.feed_forward_length"), t.n_ff as u32);
+    w.add_kv(&format!("{a}.attention.head_count"), t.n_head as u32);
+    w.add_kv(&format!("{a}.attention.head_count_kv"), t.n_head_kv as u32);
+    w.add_kv(&format!("{a}.attention.key_length"), t.head as u32);
+    w.add_kv(&format!("{a}.attention.value_length"), t.head as u32);
+    w.add_kv(&format!("{a}.context_length"), 256u32);
+    w.add_kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32);
+    if t.n_expert > 0 {
+        w.add_kv(&format!("{a}.expert_count"), t.n_expert as u32);
+        w.add_kv(&format!("{a}.expert_used_count"), 2u32);
+        w.add_kv(&format!("{a}.expert_feed_forward_length"), t.n_ff as u32);
+    }
+    if a == "gemma3" {
+        w.add_kv(&format!("{a}.attention.sliding_window"), 4u32);
+    }
+    if t.tokenizer {
+        let mut tokens: Vec<Vec<u8>> = (0..=255u8).map(|b| byte_char(b).to_string().into_bytes()).collect();
+        tokens.push(b"<|endoftext|>".to_vec());
+        let mut types = vec![1i32; 256];
+        types.push(3);
+        w.add_kv("tokenizer.ggml.model", "gpt2");
+        w.add_kv("tokenizer.ggml.pre", "gpt-2");
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+        w.add_kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        w.add_kv("tokenizer.ggml.merges", Value::Array(Array::String(Vec::new())));
+        w.add_kv("tokenizer.ggml.eos_token_id", 256u32);
+        w.add_kv("tokenizer.ggml.bos_token_id", 256u32);
+        w.add_kv("tokenizer.ggml.add_bos_token", false);
+    }
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let q8 = ggml_quants::lookup_name("q8_0")?;
+    let mut add = |name: String, dims: Vec<u64>, scale: f32, ones: bool| -> Result<()> {
+        if skip == Some(name.as_str()) {
+            return Ok(());
+        }
+        let n: u64 = dims.iter().product();
+        let mut v = rand_f32(&mut rng, n as usize, scale);
+        if ones {
+            v.iter_mut().for_each(|x| *x += 1.0);
+        }
+        if t.q8 && dims.len() >= 2 && dims[0].is_multiple_of(32) {
+            let bytes = q8.quantize_to_vec(&v, dims[0] as usize, None)?;
+            w.add_tensor_owned(&name, &dims, q8.id, bytes)?;
+        } else {
+            w.add_tensor_owned(&name, &dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
+        }
+        Ok(())
+    };
+    let (e, hd) = (t.n_embd, t.head);
+    add("token_embd.weight".into(), vec![e, t.n_vocab], 1.0, false)?;
+    add("output_norm.weight".into(), vec![e], 0.1, true)?;
+    for il in 0..t.n_layer {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        add(n("attn_norm.weight"), vec![e], 0.1, true)?;
+        add(n("attn_q.weight"), vec![e, hd * t.n_head], 0.2, false)?;
+        add(n("attn_k.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
+        add(n("attn_v.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
+        add(n("attn_output.weight"), vec![hd * t.n_head, e], 0.2, false)?;
+        add(n("ffn_norm.weight"), vec![e], 0.1, true)?;
+        if matches!(a, "qwen3" | "qwen3moe" | "gemma3") {
+            add(n("attn_q_norm.weight"), vec![hd], 0.1, true)?;
+            add(n("attn_k_norm.weight"), vec![hd], 0.1, true)?;
+        }
+        if a == "qwen2" {
+            add(n("attn_q.bias"), vec![hd * t.n_head], 0.1, false)?;
+            add(n("attn_k.bias"), vec![hd * t.n_head_kv], 0.1, false)?;
+            add(n("attn_v.bias"), vec![hd * t.n_head_kv], 0.1, false)?;
+        }
+        if a == "gemma3" {
+            add(n("post_attention_norm.weight"), vec![e], 0.1, true)?;
+            add(n("post_ffw_norm.weight"), vec![e], 0.1, true)?;
+        }
+        if t.n_expert > 0 {
+            add(n("ffn_gate_inp.weight"), vec![e, t.n_expert], 0.5, false)?;
+            add(n("ffn_gate_exps.weight"), vec![e, t.n_ff, t.n_expert], 0.2, false)?;
+            add(n("ffn_up_exps.weight"), vec![e, t.n_ff, t.n_expert], 0.2, false)?;
+            add(n("ffn_down_exps.weight"), vec![t.n_ff, e, t.n_expert], 0.2, false)?;
+        } else {
+            add(n("ffn_gate.weight"), vec![e, t.n_ff], 0.2, false)?;
+            add(n("ffn_up.weight"), vec![e, t.n_ff], 0.2, false)?;
+            add(n("ffn_down.weight"), vec![t.n_ff, e], 0.2, false)?;
+        }
+    }
+    w.write_to_path(path)?;
+    Ok(())
+}
