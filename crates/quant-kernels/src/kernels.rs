@@ -110,6 +110,11 @@ mod x86 {
     vnni_kernel!(Q5_0, Q8_0, vnni::q5_0_q8_0, vnni::q5_0_tile);
     vnni_kernel!(Q5_1, Q8_1, vnni::q5_1_q8_1, vnni::q5_1_tile);
     vnni_kernel!(Q8_0, Q8_0, vnni::q8_0_q8_0, vnni::q8_0_tile);
+    vnni_kernel!(Q2K, Q8K, vnni::q2_k_q8_k, vnni::q2_k_tile);
+    vnni_kernel!(Q3K, Q8K, vnni::q3_k_q8_k, vnni::q3_k_tile);
+    vnni_kernel!(Q4K, Q8K, vnni::q4_k_q8_k, vnni::q4_k_tile);
+    vnni_kernel!(Q5K, Q8K, vnni::q5_k_q8_k, vnni::q5_k_tile);
+    vnni_kernel!(Q6K, Q8K, vnni::q6_k_q8_k, vnni::q6_k_tile);
 
     inventory::submit! {
         ActQuantizer { type_id: <Q8_0 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_0 }

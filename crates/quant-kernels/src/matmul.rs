@@ -269,7 +269,9 @@ fn split(
     }
     // Token blocks, all rows per block: a weight row is decoded once per token block and
     // the block's activations stay in cache.
-    let tb = (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK).min(n_tokens.div_ceil(nth)).max(1);
+    // The block size depends on the token count and the activation row size only, never on
+    // the thread count, so results do not depend on `-t`.
+    let tb = (n_tokens / 8).clamp(4, (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK));
     // Rows per tile: the tile's weights (re-read once per 4 tokens) should fit in L1.
     let row_block = (16 * 1024 / w_row_bytes.max(1)).clamp(4, 64);
     let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(tb * rows).map(Mutex::new).collect();

@@ -132,7 +132,7 @@ pub fn q2_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
 }
 
 /// The 16 signed 6-bit scales of a Q3_K block (before the −32).
-fn q3_k_scales(s: &[u8]) -> [i8; 16] {
+pub(crate) fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     const K1: u32 = 0x0303_0303;
     const K2: u32 = 0x0f0f_0f0f;
     let a0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);

@@ -122,6 +122,7 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
 macro_rules! legacy_tile {
     ($name:ident, $imp:ident, $l:expr, $unpack:ident) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
+        #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         unsafe fn $imp<const T: usize>(
             w: *const u8,
@@ -265,5 +266,262 @@ dot_of_tile! {
     q8_0_q8_0 = q8_0_tile;
 }
 
-#[allow(dead_code)]
-const _: usize = Q8_K_BYTES;
+// ---------------------------------------------------------------------------------------
+// K quants × Q8_K (block_q8_K: f32 d @0, 256 × i8 @4, 16 × i16 bsums @260).
+//
+// Every K block is decoded once per row into eight 32-byte vectors of unsigned quants
+// (`q[k]` = elements `32k..32k+32`), eight i32 lane-scale vectors (`sv[k]`: the scale of
+// the 16- or 32-element sub-block each `vpdpbusd` lane belongs to), and per 16-element
+// group the scale (for the offset correction `offset · Σx`) and the min, both as i16 for
+// a `vpmaddwd` with the Q8_K block sums.
+
+struct KBlock {
+    q: [__m256i; 8],
+    sv: [__m256i; 8],
+    /// i16 scale per 16-element group (offset types only).
+    sc16: __m256i,
+    /// i16 min per 16-element group (types with mins only).
+    mn16: __m256i,
+    d: f32,
+    dmin: f32,
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn pair_scales(a: i32, b: i32) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi32(b), _mm_set1_epi32(a))
+}
+
+/// The Q4_K/Q5_K 6-bit scales and mins (`get_scale_min_k4`).
+#[inline(always)]
+fn scale_min_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    crate::scalar::dots::scale_min_k4(q)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn k4_common(b: *const u8) -> ([__m256i; 8], __m256i) {
+    let (sc, mn) = scale_min_k4(&*(b.add(4) as *const [u8; 12]));
+    let mut sv = [_mm256_setzero_si256(); 8];
+    for j in 0..8 {
+        sv[j] = _mm256_set1_epi32(sc[j] as i32);
+    }
+    let mut m = [0i16; 16];
+    for g in 0..16 {
+        m[g] = mn[g / 2] as i16;
+    }
+    (sv, _mm256_loadu_si256(m.as_ptr() as *const __m256i))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode_q4_k(b: *const u8) -> KBlock {
+    let m4 = _mm256_set1_epi8(0xF);
+    let (sv, mn16) = k4_common(b);
+    let mut q = [_mm256_setzero_si256(); 8];
+    for c in 0..4 {
+        let bits = load256(b.add(16 + 32 * c));
+        q[2 * c] = _mm256_and_si256(bits, m4);
+        q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+    }
+    KBlock { q, sv, sc16: _mm256_setzero_si256(), mn16, d: f16_at(b), dmin: f16_at(b.add(2)) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode_q5_k(b: *const u8) -> KBlock {
+    let m4 = _mm256_set1_epi8(0xF);
+    let one = _mm256_set1_epi8(1);
+    let (sv, mn16) = k4_common(b);
+    let hbits = load256(b.add(16));
+    let mut q = [_mm256_setzero_si256(); 8];
+    for c in 0..4 {
+        let bits = load256(b.add(48 + 32 * c));
+        let h0 = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32)), one);
+        let h1 = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+        q[2 * c] = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16::<4>(h0));
+        q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4), _mm256_slli_epi16::<4>(h1));
+    }
+    KBlock { q, sv, sc16: _mm256_setzero_si256(), mn16, d: f16_at(b), dmin: f16_at(b.add(2)) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode_q6_k(b: *const u8) -> KBlock {
+    let m3 = _mm256_set1_epi8(3);
+    let m15 = _mm256_set1_epi8(15);
+    let mut q = [_mm256_setzero_si256(); 8];
+    for j in 0..2 {
+        let ql1 = load256(b.add(64 * j));
+        let ql2 = load256(b.add(64 * j + 32));
+        let qh = load256(b.add(128 + 32 * j));
+        q[4 * j] = _mm256_or_si256(_mm256_and_si256(ql1, m15), _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)));
+        q[4 * j + 1] = _mm256_or_si256(
+            _mm256_and_si256(ql2, m15),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m3)),
+        );
+        q[4 * j + 2] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m15),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m3)),
+        );
+        q[4 * j + 3] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql2), m15),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m3)),
+        );
+    }
+    let sc = &*(b.add(192) as *const [i8; 16]);
+    let mut sv = [_mm256_setzero_si256(); 8];
+    for k in 0..8 {
+        sv[k] = pair_scales(sc[2 * k] as i32, sc[2 * k + 1] as i32);
+    }
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
+    KBlock { q, sv, sc16, mn16: _mm256_setzero_si256(), d: f16_at(b.add(208)), dmin: 0.0 }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode_q3_k(b: *const u8) -> KBlock {
+    let m3 = _mm256_set1_epi8(3);
+    let one = _mm256_set1_epi8(1);
+    let hbits = load256(b);
+    let mut q = [_mm256_setzero_si256(); 8];
+    for j in 0..2 {
+        let bits = load256(b.add(32 + 32 * j));
+        for s in 0..4 {
+            let k = 4 * j + s;
+            let l = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * s as i32)), m3);
+            let h = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(k as i32)), one);
+            q[k] = _mm256_or_si256(l, _mm256_slli_epi16::<2>(h));
+        }
+    }
+    let raw = crate::scalar::dots::q3_k_scales(&*(b.add(96) as *const [u8; 12]));
+    let mut s16 = [0i16; 16];
+    for g in 0..16 {
+        s16[g] = raw[g] as i16 - 32;
+    }
+    let mut sv = [_mm256_setzero_si256(); 8];
+    for k in 0..8 {
+        sv[k] = pair_scales(s16[2 * k] as i32, s16[2 * k + 1] as i32);
+    }
+    let sc16 = _mm256_loadu_si256(s16.as_ptr() as *const __m256i);
+    KBlock { q, sv, sc16, mn16: _mm256_setzero_si256(), d: f16_at(b.add(108)), dmin: 0.0 }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode_q2_k(b: *const u8) -> KBlock {
+    let m3 = _mm256_set1_epi8(3);
+    let mut q = [_mm256_setzero_si256(); 8];
+    for j in 0..2 {
+        let bits = load256(b.add(16 + 32 * j));
+        for s in 0..4 {
+            q[4 * j + s] = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * s as i32)), m3);
+        }
+    }
+    let sc = &*(b as *const [u8; 16]);
+    let mut sv = [_mm256_setzero_si256(); 8];
+    for k in 0..8 {
+        sv[k] = pair_scales((sc[2 * k] & 0xF) as i32, (sc[2 * k + 1] & 0xF) as i32);
+    }
+    let mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(
+        _mm_srli_epi16::<4>(_mm_loadu_si128(b as *const __m128i)),
+        _mm_set1_epi8(0xF),
+    ));
+    KBlock { q, sv, sc16: _mm256_setzero_si256(), mn16, d: f16_at(b.add(80)), dmin: f16_at(b.add(82)) }
+}
+
+macro_rules! k_tile {
+    ($name:ident, $dot:ident, $imp:ident, $wb:expr, $decode:ident, $offset:expr, $has_min:expr, $single:expr) => {
+        /// Weight rows `0..rows` against tokens `t0..t0+T`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $imp<const T: usize>(
+            w: *const u8,
+            w_stride: usize,
+            rows: usize,
+            nb: usize,
+            x: *const u8,
+            x_stride: usize,
+            t0: usize,
+            y: *mut f32,
+            y_stride: usize,
+        ) {
+            for r in 0..rows {
+                let wr = w.add(r * w_stride);
+                let mut acc = [_mm256_setzero_ps(); T];
+                let mut accm = [_mm256_setzero_ps(); T];
+                for b in 0..nb {
+                    let kb = $decode(wr.add(b * $wb));
+                    for t in 0..T {
+                        let xb = x.add((t0 + t) * x_stride + b * Q8_K_BYTES);
+                        let mut sumi = _mm256_setzero_si256();
+                        for k in 0..8 {
+                            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), kb.q[k], load256(xb.add(4 + 32 * k)));
+                            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, kb.sv[k]));
+                        }
+                        let dx = (xb as *const f32).read_unaligned();
+                        if $offset != 0 || $has_min {
+                            let bsums = load256(xb.add(260));
+                            if $offset != 0 {
+                                let corr = _mm256_madd_epi16(bsums, kb.sc16);
+                                sumi = _mm256_sub_epi32(sumi, _mm256_mullo_epi32(corr, _mm256_set1_epi32($offset)));
+                            }
+                            if $has_min {
+                                let m = _mm256_madd_epi16(bsums, kb.mn16);
+                                accm[t] =
+                                    _mm256_fmadd_ps(_mm256_set1_ps(-kb.dmin * dx), _mm256_cvtepi32_ps(m), accm[t]);
+                            }
+                        }
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(kb.d * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+                    }
+                }
+                for t in 0..T {
+                    let v = if $has_min { hsum_float_8(acc[t]) + hsum_float_8(accm[t]) } else { hsum_float_8(acc[t]) };
+                    *y.add((t0 + t) * y_stride + r) = v;
+                }
+            }
+        }
+
+        /// VNNI tile kernel for a K type (see the section comment).
+        pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+            let nb = t.n / 256;
+            check(t, y, y_stride, $wb * nb, Q8_K_BYTES * nb, nb * 256);
+            if t.rows == 0 || t.tokens == 0 {
+                return;
+            }
+            let single: Option<crate::registry::VecDotFn> = $single;
+            if let (1, Some(f)) = (t.tokens, single) {
+                // One token: the AVX2 kernel's cheaper per-block decode wins.
+                return crate::matmul::tile_by_vec_dot(f, t, y, y_stride);
+            }
+            // SAFETY: `check` verified the bounds of every weight row, activation row and
+            // output the kernel touches, and that the CPU has the features.
+            unsafe {
+                let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
+                let mut t0 = 0;
+                while t0 < t.tokens {
+                    match t.tokens - t0 {
+                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
+                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
+                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
+                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
+                    }
+                    t0 += 4;
+                }
+            }
+        }
+
+        /// One row · one activation row (the one-token path of the tile kernel).
+        pub fn $dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
+            dot_via_tile($name, n, w, x)
+        }
+    };
+}
+
+use super::avx2;
+
+k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, 0, true, Some(avx2::q2_k_q8_k));
+k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, 4, false, Some(avx2::q3_k_q8_k));
+k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, 0, true, None);
+k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, 0, true, None);
+k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, 32, false, Some(avx2::q6_k_q8_k));
