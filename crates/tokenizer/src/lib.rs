@@ -417,7 +417,6 @@ impl Tokenizer {
                 (add_space_prefix, clean_spaces, add_bos, add_eos, add_sep) = (false, false, false, true, false);
             }
         }
-        let _ = no_lowercase;
         if let Some(v) = get_bool(md, "tokenizer.ggml.add_space_prefix")? {
             add_space_prefix = v;
         }
@@ -583,7 +582,7 @@ impl Tokenizer {
         if pre.is_some_and(|p| p.kind == "GEMMA4") && !vocab.add_bos {
             vocab.add_bos = true;
         }
-        vocab.lowercase = get_bool(md, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(false);
+        vocab.lowercase = get_bool(md, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(!no_lowercase);
         vocab.strip_accents = vocab.lowercase;
         if let Some(v) = get_bool(md, "tokenizer.ggml.normalizer.strip_accents")? {
             vocab.strip_accents = v;
@@ -1084,27 +1083,7 @@ enum Frag {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() {
-        return Some(0);
-    }
-    if needle.len() > hay.len() {
-        return None;
-    }
-    let first = needle[0];
-    let mut i = 0;
-    while i + needle.len() <= hay.len() {
-        match hay[i..hay.len() - needle.len() + 1].iter().position(|&b| b == first) {
-            None => return None,
-            Some(p) => {
-                i += p;
-                if &hay[i..i + needle.len()] == needle {
-                    return Some(i);
-                }
-                i += 1;
-            }
-        }
-    }
-    None
+    memchr::memmem::find(hay, needle)
 }
 
 fn escape_whitespace(t: &[u8]) -> Vec<u8> {

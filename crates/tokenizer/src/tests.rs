@@ -155,3 +155,19 @@ fn clean_spaces_matches_llama() {
     clean_spaces(&mut v);
     assert_eq!(v, b"a, b'c's d");
 }
+
+#[test]
+fn wordpiece_lowercases_and_splits_punctuation() {
+    let toks = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "▁hello", "▁world", "▁,", "▁!", "ll", "▁he"];
+    let mut md = Metadata::new();
+    md.set("tokenizer.ggml.model", Value::from("bert"));
+    md.set("tokenizer.ggml.tokens", Value::Array(strs(&toks)));
+    md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![3, 2, 3, 3, 1, 1, 1, 1, 1, 1])));
+    md.set("tokenizer.ggml.unknown_token_id", Value::U32(1));
+    md.set("tokenizer.ggml.cls_token_id", Value::U32(2));
+    md.set("tokenizer.ggml.bos_token_id", Value::U32(2));
+    md.set("tokenizer.ggml.seperator_token_id", Value::U32(3));
+    md.set("tokenizer.ggml.padding_token_id", Value::U32(0));
+    let t = Tokenizer::from_gguf(&md).unwrap();
+    assert_eq!(t.encode("Hello, WORLD! xyz", true, false).unwrap(), vec![2, 4, 6, 5, 7, 1, 3]);
+}

@@ -1,0 +1,169 @@
+//! `gguf tokenize`, `gguf detokenize`, `gguf chat-template`: the tokenizer and chat
+//! template of a GGUF file, printed the way llama.cpp's `llama-tokenize` prints them.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use gguf_format::GgufFile;
+use tokenizer::chat::{ChatTemplate, Message};
+use tokenizer::Tokenizer;
+
+/// `gguf tokenize`.
+#[derive(clap::Args, Debug)]
+pub struct TokenizeArgs {
+    /// The GGUF file.
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// Text to tokenize.
+    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// File whose bytes are tokenized.
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Print only the ids, as one Python-style list.
+    #[arg(long)]
+    pub ids: bool,
+    /// Do not add BOS even if the model wants it.
+    #[arg(long = "no-bos")]
+    pub no_bos: bool,
+    /// Turn special-token text (e.g. `<|im_start|>`) into those tokens.
+    #[arg(long = "parse-special")]
+    pub parse_special: bool,
+    /// Print the number of tokens at the end.
+    #[arg(long = "show-count")]
+    pub show_count: bool,
+}
+
+/// `gguf detokenize`.
+#[derive(clap::Args, Debug)]
+pub struct DetokenizeArgs {
+    /// The GGUF file.
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// Token ids (separated by spaces or commas; `[1, 2]` works too).
+    #[arg(required = true, num_args = 1..)]
+    pub ids: Vec<String>,
+    /// Render control tokens' text too.
+    #[arg(long)]
+    pub special: bool,
+}
+
+/// `gguf chat-template`.
+#[derive(clap::Args, Debug)]
+pub struct ChatTemplateArgs {
+    /// The GGUF file.
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// The conversation: a JSON array of `{"role", "content", ...}` objects, or a path
+    /// to a file holding one.
+    #[arg(long)]
+    pub messages: String,
+    /// A JSON array of tool definitions (or a path to one).
+    #[arg(long)]
+    pub tools: Option<String>,
+    /// End with the assistant's turn opener.
+    #[arg(long = "add-generation-prompt")]
+    pub add_generation_prompt: bool,
+    /// Use this built-in template (chatml, llama3, gemma, ...) instead of the file's.
+    #[arg(long)]
+    pub template: Option<String>,
+}
+
+fn load(path: &PathBuf) -> Result<(GgufFile, Tokenizer)> {
+    let f = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let t = Tokenizer::from_gguf(f.metadata()).with_context(|| format!("tokenizer of {}", path.display()))?;
+    Ok((f, t))
+}
+
+/// Runs `gguf tokenize`, writing to `out`.
+pub fn tokenize(a: &TokenizeArgs, out: &mut dyn Write) -> Result<()> {
+    let (_f, tok) = load(&a.model)?;
+    let text: Vec<u8> = match (&a.prompt, &a.file) {
+        (Some(p), _) => p.clone().into_bytes(),
+        (None, Some(f)) => std::fs::read(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, None) => bail!("give the text with -p TEXT or -f FILE"),
+    };
+    let add_bos = tok.add_bos() && !a.no_bos;
+    let ids = tok.encode_bytes(&text, add_bos, a.parse_special)?;
+    if a.ids {
+        let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+        writeln!(out, "[{}]", list.join(", "))?;
+    } else {
+        for &id in &ids {
+            let piece = tok.token_to_piece(id, true)?;
+            write!(out, "{id:6} -> '")?;
+            out.write_all(&piece)?;
+            writeln!(out, "'")?;
+        }
+    }
+    if a.show_count {
+        writeln!(out, "Total number of tokens: {}", ids.len())?;
+    }
+    Ok(())
+}
+
+/// Parses ids given as `1 2 3`, `1,2,3` or `[1, 2, 3]`.
+pub fn parse_ids(args: &[String]) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for a in args {
+        for t in a.split(|c: char| c == ',' || c == '[' || c == ']' || c.is_whitespace()) {
+            if t.is_empty() {
+                continue;
+            }
+            ids.push(t.parse::<u32>().with_context(|| format!("not a token id: {t:?}"))?);
+        }
+    }
+    Ok(ids)
+}
+
+/// Runs `gguf detokenize`.
+pub fn detokenize(a: &DetokenizeArgs, out: &mut dyn Write) -> Result<()> {
+    let (_f, tok) = load(&a.model)?;
+    let ids = parse_ids(&a.ids)?;
+    let text = tok.decode(&ids, false, a.special)?;
+    out.write_all(&text)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn json_arg(s: &str) -> Result<serde_json::Value> {
+    let t = s.trim_start();
+    let text = if t.starts_with('[') || t.starts_with('{') {
+        s.to_string()
+    } else {
+        std::fs::read_to_string(s).with_context(|| format!("reading {s}"))?
+    };
+    serde_json::from_str(&text).context("parsing JSON")
+}
+
+/// Runs `gguf chat-template`.
+pub fn chat_template(a: &ChatTemplateArgs, out: &mut dyn Write) -> Result<()> {
+    let f = GgufFile::open(&a.model).with_context(|| format!("opening {}", a.model.display()))?;
+    let tmpl = match &a.template {
+        Some(name) => ChatTemplate::builtin(name)?,
+        None => ChatTemplate::from_gguf(f.metadata())?
+            .context("this file has no tokenizer.chat_template; pick a built-in one with --template NAME")?,
+    };
+    let msgs = json_arg(&a.messages)?;
+    let msgs = msgs.as_array().context("--messages must be a JSON array")?;
+    let messages: Vec<Message> = msgs.iter().map(Message::from_json).collect::<Result<_, _>>()?;
+    let tools = a.tools.as_deref().map(json_arg).transpose()?;
+    let s = tmpl.render(&messages, a.add_generation_prompt, tools.as_ref())?;
+    out.write_all(s.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_in_any_list_form() {
+        let v = |s: &[&str]| parse_ids(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(v(&["1", "2", "3"]).unwrap(), vec![1, 2, 3]);
+        assert_eq!(v(&["[1, 15043, 3186]"]).unwrap(), vec![1, 15043, 3186]);
+        assert_eq!(v(&["1,2", "3"]).unwrap(), vec![1, 2, 3]);
+        assert!(v(&["1", "x"]).unwrap_err().to_string().contains("x"));
+    }
+}
