@@ -264,6 +264,38 @@ fn check_header(src: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Context settings that differ from llama.cpp's defaults (for diagnosis).
+#[derive(Debug, Clone, Default)]
+pub struct CtxOpts {
+    /// `flash_attn_type`: -1 auto, 0 off, 1 on.
+    pub flash_attn: Option<i32>,
+    /// KV cache type (ggml type id) for both K and V.
+    pub cache_type: Option<i32>,
+}
+
+impl CtxOpts {
+    /// From `<prefix>FLASH_ATTN` (`on`/`off`/`auto`) and `<prefix>CACHE_TYPE`
+    /// (`f32`/`f16`/`q8_0`).
+    pub fn from_env(prefix: &str) -> Result<CtxOpts> {
+        let get = |k: &str| std::env::var(format!("{prefix}{k}")).ok().filter(|v| !v.is_empty());
+        let flash_attn = match get("FLASH_ATTN").as_deref() {
+            None => None,
+            Some("on" | "1") => Some(1),
+            Some("off" | "0") => Some(0),
+            Some("auto") => Some(-1),
+            Some(v) => bail!("{prefix}FLASH_ATTN={v}: on, off or auto"),
+        };
+        let cache_type = match get("CACHE_TYPE").as_deref() {
+            None => None,
+            Some("f32") => Some(0),
+            Some("f16") => Some(1),
+            Some("q8_0") => Some(8),
+            Some(v) => bail!("{prefix}CACHE_TYPE={v}: f32, f16 or q8_0"),
+        };
+        Ok(CtxOpts { flash_attn, cache_type })
+    }
+}
+
 /// libllama, loaded.
 pub struct Llama {
     fns: Fns,
@@ -298,6 +330,9 @@ impl Llama {
         // SAFETY: by-value struct with the checked layout.
         let mut params = unsafe { (self.fns.llama_model_default_params)() };
         params.n_gpu_layers = 0;
+        if std::env::var_os("XTASK_LLAMA_NO_REPACK").is_some() {
+            params.use_extra_bufts = false;
+        }
         // SAFETY: a valid C string and parameters from llama.cpp's defaults.
         let ptr = unsafe { (self.fns.llama_model_load_from_file)(cpath.as_ptr(), params) };
         ensure!(!ptr.is_null(), "llama.cpp could not load {} (XTASK_LLAMA_LOG=1 shows why)", path.display());
@@ -376,10 +411,23 @@ impl<'a> Model<'a> {
         bail!("llama_tokenize kept asking for a larger buffer")
     }
 
-    /// A context for `n_ctx` positions on `n_threads` threads (prompt and generation).
+    /// A context for `n_ctx` positions on `n_threads` threads (prompt and generation),
+    /// with llama.cpp's defaults (F16 KV cache, flash attention "auto").
     pub fn context(&self, n_ctx: u32, n_threads: i32) -> Result<Context<'_, 'a>> {
+        self.context_with(n_ctx, n_threads, &CtxOpts::default())
+    }
+
+    /// [`Model::context`] with some defaults changed.
+    pub fn context_with(&self, n_ctx: u32, n_threads: i32, o: &CtxOpts) -> Result<Context<'_, 'a>> {
         // SAFETY: by-value struct with the checked layout.
         let mut p = unsafe { (self.ll.fns.llama_context_default_params)() };
+        if let Some(fa) = o.flash_attn {
+            p.flash_attn_type = fa;
+        }
+        if let Some(t) = o.cache_type {
+            p.type_k = t;
+            p.type_v = t;
+        }
         p.n_ctx = n_ctx;
         p.n_batch = n_ctx;
         p.n_threads = n_threads;

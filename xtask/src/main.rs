@@ -17,6 +17,7 @@ mod llama_cpp;
 mod llama_vocab;
 mod models;
 mod requant;
+mod requant_imatrix;
 mod synth;
 mod verify;
 
@@ -34,6 +35,8 @@ commands:
   llama-cpp [--lib-only] [--force]  build llama.cpp (llama-cpp-python 0.3.36 sdist) in the cache;
                                     --lib-only: just libggml-base (what verify needs)
   verify [quants|gguf|all]          compare against the llama.cpp build (default: all)
+  verify requant [--type FTYPE...]  SmolLM2 requantized by llama-quantize into IQ1_S..IQ4_XS,
+                                    TQ1_0/TQ2_0, MXFP4_MOE: every tensor vs libggml, gguf CLI
   verify tokenizer [--quick]        tokenizer vs libllama: fixtures, >=1 MB corpus, pieces, eog
       --quick                       smaller counts (CI)
       --seed N                      RNG seed (default 0x5eed)
@@ -47,6 +50,9 @@ commands:
                                     qwen3moe, smollm2-q4_0..q6_k (groups: real, synth, requant)
   bench [--model NAME...] [-t 2] [-r 3] [-p 512] [-n 64] [--md FILE] [--llama-only]
                                     gguf bench vs llama-bench, interleaved, ratio table
+  llama-logits -m FILE (--prompt TEXT | --tokens 1,2,3) -o OUT [-n N] [-t N]
+                                    llama.cpp's logits at every position (raw f32, as
+                                    gguf logits writes them); -n: append its greedy tokens
   synth [qwen3|qwen3moe]            write the random-weight test models into the cache
   requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory
@@ -69,6 +75,9 @@ struct Args {
     gguf: Option<String>,
     self_check: bool,
     llama_only: bool,
+    prompt: Option<String>,
+    tokens: Option<String>,
+    out: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -88,6 +97,9 @@ fn parse_args(args: &[String]) -> Result<Args> {
         gguf: None,
         self_check: false,
         llama_only: false,
+        prompt: None,
+        tokens: None,
+        out: None,
     };
     let num = |v: Option<&String>, flag: &str| -> Result<usize> {
         v.with_context(|| format!("{flag} needs a value"))?.parse().with_context(|| format!("{flag}: not a number"))
@@ -114,6 +126,9 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--md" => a.md = Some(it.next().context("--md needs a file")?.clone()),
             "--gguf" => a.gguf = Some(it.next().context("--gguf needs a path")?.clone()),
             "--self-check" => a.self_check = true,
+            "--prompt" => a.prompt = Some(it.next().context("--prompt needs a value")?.clone()),
+            "--tokens" => a.tokens = Some(it.next().context("--tokens needs a value")?.clone()),
+            "-o" => a.out = Some(it.next().context("-o needs a file")?.clone()),
             "--llama-only" => a.llama_only = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -169,6 +184,7 @@ fn real_main() -> Result<()> {
             match what {
                 "quants" => verify::quants::run(&cache, &opts, &mut report)?,
                 "gguf" => verify::gguf::run(&cache, &opts, &mut report)?,
+                "requant" => verify::requant::run(&cache, &opts, &mut report)?,
                 "logits" => {
                     let lo = verify::logits::LogitsOpts {
                         quick: args.quick,
@@ -209,6 +225,20 @@ fn real_main() -> Result<()> {
                 gguf: args.gguf.as_ref().map(Into::into),
             },
         )?,
+        "llama-logits" => {
+            let model = args.models.first().context("llama-logits needs -m FILE")?;
+            let out = args.out.as_ref().context("llama-logits needs -o OUT")?;
+            let n_gen = if argv.iter().any(|a| a == "-n" || a == "--n-gen") { args.n_gen } else { 0 };
+            verify::logits::dump_reference(
+                &cache,
+                std::path::Path::new(model),
+                args.prompt.as_deref(),
+                args.tokens.as_deref(),
+                n_gen,
+                args.threads,
+                std::path::Path::new(out),
+            )?;
+        }
         "synth" => {
             for arch in if args.positional.is_empty() {
                 synth::ARCHS.iter().map(|s| s.to_string()).collect()

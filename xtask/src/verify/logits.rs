@@ -18,6 +18,13 @@
 //!
 //! `--self-check` replaces "ours" by llama.cpp itself on one thread (the harness's own
 //! noise floor: it must pass with KL ≈ 0).
+//!
+//! Diagnosis knobs (environment): `XTASK_LLAMA_FLASH_ATTN=on|off|auto` and
+//! `XTASK_LLAMA_CACHE_TYPE=f32|f16|q8_0` change the reference context,
+//! `XTASK_SELF_FLASH_ATTN` / `XTASK_SELF_CACHE_TYPE` the other side of `--self-check`
+//! (to measure how far two llama.cpp settings are apart), `XTASK_LLAMA_NO_REPACK=1` turns
+//! off llama.cpp's weight repacking, and `XTASK_GGUF_ARGS` appends arguments to
+//! `gguf run` / `gguf logits` (e.g. `--cache-type-k f32 --cache-type-v f32`).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -29,7 +36,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use serde_json::Value as Json;
 
 use super::{Check, Report, Status};
-use crate::llama::{self, Llama, Token};
+use crate::llama::{self, CtxOpts, Llama, Token};
 use crate::{models, requant, synth};
 
 /// Generated tokens compared per prompt.
@@ -201,11 +208,16 @@ fn tail(s: &str) -> String {
     lines[lines.len().saturating_sub(2)..].join(" / ")
 }
 
+/// Extra arguments for `gguf run` / `gguf logits` from `$XTASK_GGUF_ARGS` (whitespace-separated).
+fn extra_args() -> Vec<String> {
+    std::env::var("XTASK_GGUF_ARGS").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default()
+}
+
 /// `gguf run ... --json`: (prompt tokens, generated tokens).
 fn ours_greedy(gguf: &Path, model: &Path, prompt: &str, threads: usize) -> Result<(Vec<Token>, Vec<Token>)> {
     let mut cmd = Command::new(gguf);
     cmd.arg("run").arg("-m").arg(model).args(["-p", prompt, "-n", &N_GEN.to_string(), "--temp", "0", "--json"]);
-    cmd.args(["-t", &threads.to_string(), "-c", &N_CTX.to_string()]);
+    cmd.args(["-t", &threads.to_string(), "-c", &N_CTX.to_string()]).args(extra_args());
     let (ok, stdout, stderr) = run_captured(&mut cmd, Duration::from_secs(600))?;
     ensure!(ok, "gguf run failed: {}", tail(&stderr));
     let text = String::from_utf8_lossy(&stdout);
@@ -229,7 +241,7 @@ fn ours_logits(gguf: &Path, model: &Path, tokens: &[Token], n_vocab: usize, thre
     let list: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
     let mut cmd = Command::new(gguf);
     cmd.arg("logits").arg("-m").arg(model).args(["--tokens", &list.join(",")]).arg("-o").arg(&out);
-    cmd.args(["-t", &threads.to_string(), "-c", &N_CTX.to_string()]);
+    cmd.args(["-t", &threads.to_string(), "-c", &N_CTX.to_string()]).args(extra_args());
     let (ok, _, stderr) = run_captured(&mut cmd, Duration::from_secs(600))?;
     ensure!(ok, "gguf logits failed: {}", tail(&stderr));
     let bytes = fs::read(&out).with_context(|| format!("reading {}", out.display()))?;
@@ -274,6 +286,11 @@ struct PromptResult {
     kl_sum: f64,
     kl_max: f64,
     top1_agree: usize,
+    /// KL at position 0, where attention sees only the token itself: a difference there
+    /// is in embeddings, matmuls, norms, FFN/MoE or the output, not in attention.
+    kl_pos0: f64,
+    /// Largest |logit difference| at position 0.
+    diff_pos0: f64,
     error: Option<String>,
 }
 
@@ -341,8 +358,9 @@ fn run_model(
 ) -> Result<Vec<PromptResult>> {
     let model = ll.model(&target.path)?;
     let n_vocab = model.n_vocab();
-    let mut ctx = model.context(N_CTX, threads as i32)?;
-    let mut self_ctx = if gguf.is_none() { Some(model.context(N_CTX, 1)?) } else { None };
+    let mut ctx = model.context_with(N_CTX, threads as i32, &CtxOpts::from_env("XTASK_LLAMA_")?)?;
+    let mut self_ctx =
+        if gguf.is_none() { Some(model.context_with(N_CTX, 1, &CtxOpts::from_env("XTASK_SELF_")?)?) } else { None };
     let mut results = Vec::new();
     for (i, prompt) in prompts.iter().enumerate() {
         let t0 = Instant::now();
@@ -372,6 +390,12 @@ fn run_model(
             r.kl_sum = sum;
             r.kl_max = max;
             r.top1_agree = agree;
+            r.kl_pos0 = kl_divergence(&reference[..n_vocab], &ours[..n_vocab]);
+            r.diff_pos0 = reference[..n_vocab]
+                .iter()
+                .zip(&ours[..n_vocab])
+                .map(|(a, b)| (a - b).abs() as f64)
+                .fold(0.0, f64::max);
             Ok(())
         })();
         if let Err(e) = outcome {
@@ -401,9 +425,9 @@ fn summarize(target: &Target, prompts: &[&str], results: &[PromptResult], report
     let _ = writeln!(table, "\n#### {} — `{}`\n", target.label, target.path.display());
     let _ = writeln!(
         table,
-        "| # | prompt | prompt tokens | same prompt tokens | greedy 32 | positions | mean KL | max KL | top-1 |"
+        "| # | prompt | prompt tokens | same prompt tokens | greedy 32 | positions | mean KL | max KL | top-1 | KL pos 0 | max abs diff pos 0 |"
     );
-    let _ = writeln!(table, "|---:|---|---:|---|---|---:|---:|---:|---:|");
+    let _ = writeln!(table, "|---:|---|---:|---|---|---:|---:|---:|---:|---:|---:|");
     for (i, (p, r)) in prompts.iter().zip(results).enumerate() {
         let greedy = match (&r.error, r.diverges_at) {
             (Some(e), _) => format!("error: {}", short(e, 80)),
@@ -412,14 +436,16 @@ fn summarize(target: &Target, prompts: &[&str], results: &[PromptResult], report
         };
         let _ = writeln!(
             table,
-            "| {i} | {} | {} | {} | {greedy} | {} | {:.2e} | {:.2e} | {:.1}% |",
+            "| {i} | {} | {} | {} | {greedy} | {} | {:.2e} | {:.2e} | {:.1}% | {:.1e} | {:.1e} |",
             short(p, 32),
             r.n_prompt,
             if r.tokens_same { "yes" } else { "NO" },
             r.positions,
             r.kl_sum / r.positions.max(1) as f64,
             r.kl_max,
-            100.0 * r.top1_agree as f64 / r.positions.max(1) as f64
+            100.0 * r.top1_agree as f64 / r.positions.max(1) as f64,
+            r.kl_pos0,
+            r.diff_pos0
         );
     }
     eprint!("{table}");
@@ -434,6 +460,7 @@ fn summarize(target: &Target, prompts: &[&str], results: &[PromptResult], report
     let kl_max = results.iter().map(|r| r.kl_max).fold(0.0, f64::max);
     let agree: usize = results.iter().map(|r| r.top1_agree).sum();
     let mean_kl = kl_sum / positions.max(1) as f64;
+    let pos0_max = results.iter().map(|r| r.kl_pos0).fold(0.0, f64::max);
     let top1 = agree as f64 / positions.max(1) as f64;
     let mut extra = String::new();
     if tok_diff > 0 {
@@ -465,10 +492,51 @@ fn summarize(target: &Target, prompts: &[&str], results: &[PromptResult], report
         max_err: Some(kl_max),
         status: if kl_ok { Status::Pass } else { Status::Fail },
         note: format!(
-            "mean KL {mean_kl:.3e} (need < 1e-3), top-1 {:.2}% (need >= 99%), max KL {kl_max:.3e}{greedy_note}{extra}",
+            "mean KL {mean_kl:.3e} (need < 1e-3), top-1 {:.2}% (need >= 99%), max KL {kl_max:.3e}, \
+             max KL at position 0 {pos0_max:.1e}{greedy_note}{extra}",
             100.0 * top1
         ),
     });
+}
+
+/// `cargo xtask llama-logits -m FILE (-p PROMPT | --tokens 1,2,3) -o OUT [-t N]`: llama.cpp's
+/// logits at every position, in `gguf logits`'s format (raw f32 `[n_tokens][n_vocab]`), for
+/// comparing by hand. Prints the tokens. `-n N` appends llama.cpp's greedy continuation.
+pub fn dump_reference(
+    cache: &Path,
+    model: &Path,
+    text: Option<&str>,
+    tokens: Option<&str>,
+    n_gen: usize,
+    threads: usize,
+    out: &Path,
+) -> Result<()> {
+    let ll = Llama::load(cache)?;
+    let m = ll.model(model)?;
+    let mut seq: Vec<Token> = match (text, tokens) {
+        (Some(t), None) => m.tokenize_prompt(t)?,
+        (None, Some(list)) => list
+            .split(',')
+            .map(|s| s.trim().parse::<Token>().with_context(|| format!("bad token id {s:?}")))
+            .collect::<Result<_>>()?,
+        _ => bail!("give exactly one of -p PROMPT and --tokens LIST"),
+    };
+    let mut ctx = m.context_with(
+        N_CTX.max(seq.len() as u32 + n_gen as u32),
+        threads as i32,
+        &CtxOpts::from_env("XTASK_LLAMA_")?,
+    )?;
+    if n_gen > 0 {
+        let gen = ctx.greedy(&seq, n_gen)?;
+        seq.extend(gen);
+    }
+    let logits = ctx.logits_all(&seq)?;
+    let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_le_bytes()).collect();
+    fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
+    let list: Vec<String> = seq.iter().map(|t| t.to_string()).collect();
+    println!("{}", list.join(","));
+    eprintln!("{} tokens x {} vocab -> {}", seq.len(), m.n_vocab(), out.display());
+    Ok(())
 }
 
 #[cfg(test)]
