@@ -162,7 +162,6 @@ impl LlamaLib {
     }
 
     /// `llama_chat_apply_template` with a named or Jinja-source template.
-    #[allow(dead_code)]
     pub fn chat_apply(&self, tmpl: &str, msgs: &[(String, String)], add_ass: bool) -> Result<Option<Vec<u8>>> {
         let t = CString::new(tmpl)?;
         let cs: Vec<(CString, CString)> = msgs

@@ -6,7 +6,8 @@
 //! 3. corpus: a generated ≥ 1 MB corpus (see [`corpus`]) tokenized by us and by
 //!    libllama (`llama_tokenize`, vocab-only load) on every vocab fixture and the three
 //!    models, with and without `parse_special`; `decode(ids)` vs `llama_detokenize`;
-//!    every token's piece vs `llama_token_to_piece`; the EOG set vs `llama_vocab_is_eog`.
+//!    every token's piece vs `llama_token_to_piece`; the EOG set vs `llama_vocab_is_eog`;
+//! 4. chat templates: see [`chat_check`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -493,6 +494,9 @@ pub fn run(cache: &Path, opts: &TokOpts, report: &mut Report) -> Result<()> {
     llama_cpp::require_built(cache)?;
     let bin = llama_cpp::build_dir(cache).join("bin");
     let lib = LlamaLib::load(&bin, &src).context("loading libllama")?;
+    if let Err(e) = chat_check(&lib, report) {
+        report.push(Check::error(GROUP_CHAT, "chat templates", e));
+    }
     let target = if opts.quick { 256 * 1024 } else { 1 << 20 };
     let cases = corpus(&src, target, 0x70c0)?;
     let total: usize = cases.iter().map(Vec::len).sum();
@@ -507,6 +511,200 @@ pub fn run(cache: &Path, opts: &TokOpts, report: &mut Report) -> Result<()> {
     }
     for (name, path) in &files {
         corpus_check(cache, name, path, &lib, &cases, report);
+    }
+    Ok(())
+}
+
+const GROUP_CHAT: &str = "tokenizer: chat templates";
+
+/// The conversations rendered by the chat-template check.
+fn conversations() -> Vec<(serde_json::Value, bool)> {
+    use serde_json::json;
+    let tool_call = json!([{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "°C"}}}]);
+    let convs = vec![
+        json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}]),
+        json!([{"role": "user", "content": "What is 2+2?"}]),
+        json!([{"role": "system", "content": "S"}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]),
+        json!([{"role": "system", "content": "Réponds en français 🇫🇷"}, {"role": "user", "content": "Bonjour\n\n  ça va ?\t"}, {"role": "assistant", "content": "Oui ! 你好"}]),
+        json!([{"role": "system", "content": ""}, {"role": "user", "content": ""}]),
+        json!([{"role": "system", "content": "Code helper"}, {"role": "user", "content": "```rust\nfn main() {}\n```"}, {"role": "assistant", "content": "Looks fine.\n"}, {"role": "user", "content": "<|im_start|> literal"}]),
+        json!([{"role": "user", "content": "first"}, {"role": "assistant", "content": "second"}, {"role": "user", "content": "third"}, {"role": "assistant", "content": "fourth"}]),
+        json!([{"role": "system", "content": "  padded  "}, {"role": "user", "content": " x "}]),
+        json!([{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": tool_call}, {"role": "tool", "content": "{\"temp\": 21}"}, {"role": "assistant", "content": "21 °C."}]),
+        json!([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Let me check.", "tool_calls": tool_call}, {"role": "tool", "content": "sunny"}, {"role": "tool", "content": "windy"}]),
+        json!([{"role": "system", "content": "multi\nline\nsystem"}, {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}, {"role": "user", "content": "q3"}]),
+        json!([{"role": "system", "content": "S"}, {"role": "user", "content": "quotes \" ' \\ and tags </s> <s>"}]),
+    ];
+    let mut out = Vec::new();
+    for c in convs {
+        out.push((c.clone(), true));
+        out.push((c, false));
+    }
+    out
+}
+
+fn has_tools(c: &serde_json::Value) -> bool {
+    c.as_array().is_some_and(|a| a.iter().any(|m| m.get("tool_calls").is_some() || m["role"] == "tool"))
+}
+
+/// Renders with Python's jinja2 the way llama.cpp/transformers set it up (`trim_blocks`,
+/// `lstrip_blocks`, `tojson` = `json.dumps(ensure_ascii=False)`); `None` if jinja2 is missing.
+fn jinja2_render(
+    src: &str,
+    msgs: &serde_json::Value,
+    add_gen: bool,
+    tools: Option<&serde_json::Value>,
+    bos: &str,
+    eos: &str,
+) -> Result<Option<String>> {
+    const PY: &str = r#"
+import json, sys
+try:
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+except ImportError:
+    sys.exit(3)
+a = json.load(sys.stdin)
+def raise_exception(m): raise jinja2.exceptions.TemplateError(m)
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False: json.dumps(x, ensure_ascii=ensure_ascii, indent=indent)
+env.globals["raise_exception"] = raise_exception
+ctx = {"messages": a["messages"], "bos_token": a["bos"], "eos_token": a["eos"], "enable_thinking": True}
+if a["tools"] is not None: ctx["tools"] = a["tools"]
+if a["add_gen"]: ctx["add_generation_prompt"] = True
+sys.stdout.write(env.from_string(a["src"]).render(**ctx))
+"#;
+    let input =
+        serde_json::json!({"src": src, "messages": msgs, "add_gen": add_gen, "tools": tools, "bos": bos, "eos": eos});
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", PY])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running python3")?;
+    use std::io::Write as _;
+    child.stdin.take().context("stdin")?.write_all(input.to_string().as_bytes())?;
+    let o = child.wait_with_output()?;
+    if o.status.code() == Some(3) {
+        return Ok(None);
+    }
+    anyhow::ensure!(o.status.success(), "jinja2: {}", String::from_utf8_lossy(&o.stderr));
+    Ok(Some(String::from_utf8(o.stdout)?))
+}
+
+/// Chat templates: the SmolLM2 and Qwen2.5-Coder templates (and every built-in one)
+/// vs `llama_chat_apply_template` where it applies (plain turns, system first), and the
+/// two model templates vs Python jinja2 on every conversation (tool calls included).
+pub fn chat_check(lib: &LlamaLib, report: &mut Report) -> Result<()> {
+    use tokenizer::chat::{ChatTemplate, Message};
+    let convs = conversations();
+    let to_msgs = |c: &serde_json::Value| -> Result<Vec<Message>> {
+        c.as_array().context("array")?.iter().map(|m| Message::from_json(m).map_err(Into::into)).collect()
+    };
+    let pairs = |c: &serde_json::Value| -> Vec<(String, String)> {
+        c.as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["°C", "°F"]}}, "required": ["city"]}}}]);
+    for m in models::MODELS.iter().filter(|m| m.name != "gemma3-270m") {
+        let path = models::ensure_model(m)?;
+        let f = gguf_format::GgufFile::open(&path)?;
+        let Some(t) = ChatTemplate::from_gguf(f.metadata())? else {
+            report.push(Check::skip(GROUP_CHAT, m.name, "no chat template"));
+            continue;
+        };
+        let tok = Tokenizer::from_gguf(f.metadata())?;
+        let piece = |id: Option<u32>| {
+            id.map(|i| String::from_utf8_lossy(&tok.token_to_piece(i, true).unwrap_or_default()).into_owned())
+                .unwrap_or_default()
+        };
+        let (bos, eos) = (piece(tok.bos()), piece(tok.eos()));
+        // vs llama_chat_apply_template (chatml detection), system-first plain conversations
+        let (mut n, mut bad, mut note) = (0u64, 0u64, String::new());
+        for (c, add) in &convs {
+            let first_sys = c[0]["role"] == "system";
+            if has_tools(c) || !first_sys {
+                continue;
+            }
+            let ours = t.render(&to_msgs(c)?, *add, None)?;
+            let Some(theirs) = lib.chat_apply(t.source(), &pairs(c), *add)? else { continue };
+            n += 1;
+            if ours.as_bytes() != theirs.as_slice() {
+                bad += 1;
+                if note.is_empty() {
+                    note = format!("ours {ours:?} llama {:?}", String::from_utf8_lossy(&theirs));
+                }
+            }
+        }
+        report.push(Check::counted(
+            GROUP_CHAT,
+            &format!("{}: vs llama_chat_apply_template", m.name),
+            n,
+            bad,
+            None,
+            note,
+        ));
+        // vs jinja2, every conversation, with tools for the tool ones
+        let (mut n, mut bad, mut note, mut missing) = (0u64, 0u64, String::new(), false);
+        for (c, add) in &convs {
+            let tl = if has_tools(c) { Some(&tools) } else { None };
+            let ours = t.render(&to_msgs(c)?, *add, tl)?;
+            match jinja2_render(t.source(), c, *add, tl, &bos, &eos)? {
+                None => {
+                    missing = true;
+                    break;
+                }
+                Some(theirs) => {
+                    n += 1;
+                    if ours != theirs {
+                        bad += 1;
+                        if note.is_empty() {
+                            note = format!("ours {ours:?} jinja2 {theirs:?}");
+                        }
+                    }
+                }
+            }
+        }
+        if missing {
+            report.push(Check::skip(GROUP_CHAT, &format!("{}: vs jinja2", m.name), "python3 jinja2 not installed"));
+        } else {
+            report.push(Check::counted(
+                GROUP_CHAT,
+                &format!("{}: vs Python jinja2 (tools included)", m.name),
+                n,
+                bad,
+                None,
+                note,
+            ));
+        }
+    }
+    // built-in templates vs llama.cpp's by name
+    for name in tokenizer::chat::builtin_names() {
+        let t = ChatTemplate::builtin(name)?;
+        let (mut n, mut bad, mut note) = (0u64, 0u64, String::new());
+        for (c, add) in convs.iter().filter(|(c, _)| !has_tools(c)) {
+            let ours = t.render(&to_msgs(c)?, *add, None)?;
+            let Some(theirs) = lib.chat_apply(name, &pairs(c), *add)? else { continue };
+            n += 1;
+            if ours.as_bytes() != theirs.as_slice() {
+                bad += 1;
+                if note.is_empty() {
+                    note = format!("ours {ours:?} llama {:?}", String::from_utf8_lossy(&theirs));
+                }
+            }
+        }
+        report.push(Check::counted(
+            GROUP_CHAT,
+            &format!("built-in {name} vs llama_chat_apply_template"),
+            n,
+            bad,
+            None,
+            note,
+        ));
     }
     Ok(())
 }
