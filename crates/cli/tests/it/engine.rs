@@ -1,0 +1,127 @@
+//! `gguf run`, `logits` and `bench` end to end on a tiny random model with a byte-level
+//! tokenizer (`models::synthetic`).
+
+use std::path::PathBuf;
+
+use models::synthetic::{write, Tiny};
+
+use super::{assert_clean_error, gguf};
+
+fn tiny(dir: &std::path::Path, arch: &str) -> PathBuf {
+    let p = dir.join(format!("{arch}.gguf"));
+    write(&Tiny::new(arch).with_tokenizer(), &p, None, &[]).unwrap();
+    p
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn run_json_reports_tokens_text_and_timings() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let o = gguf(&["run", "-m", m.to_str().unwrap(), "-p", "hello", "-n", "6", "--temp", "0", "-t", "2", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = json(&o.stdout);
+    let prompt: Vec<u64> = v["prompt_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(prompt, b"hello".iter().map(|&b| b as u64).collect::<Vec<_>>(), "byte-level tokens");
+    let toks = v["tokens"].as_array().unwrap();
+    assert!(toks.len() <= 6 && (toks.len() == 6 || v["stop"] == "eog"), "{v}");
+    assert!(v["timings"]["peak_rss_bytes"].as_u64().unwrap() > 0);
+    // greedy is deterministic and independent of the thread count
+    let o1 = gguf(&["run", "-m", m.to_str().unwrap(), "-p", "hello", "-n", "6", "--temp", "0", "-t", "1", "--json"]);
+    assert_eq!(json(&o1.stdout)["tokens"], v["tokens"]);
+}
+
+#[test]
+fn greedy_first_token_is_the_argmax_of_the_last_logits_row() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "qwen3");
+    let out = d.path().join("l.f32");
+    let o = gguf(&["logits", "-m", m.to_str().unwrap(), "--tokens", "104,105,33", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(bytes.len(), 3 * 257 * 4);
+    let last: Vec<f32> =
+        bytes[2 * 257 * 4..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let argmax = (0..257).max_by(|&a, &b| last[a].total_cmp(&last[b])).unwrap() as u64;
+    let o = gguf(&["run", "-m", m.to_str().unwrap(), "--tokens", "104,105,33", "-n", "1", "--temp", "0", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = json(&o.stdout);
+    if v["stop"] != "eog" {
+        assert_eq!(v["tokens"][0].as_u64().unwrap(), argmax);
+    } else {
+        assert_eq!(argmax, 256);
+    }
+}
+
+#[test]
+fn sampling_is_reproducible_with_a_seed() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "gemma3");
+    let args = |seed: &str| {
+        let o = gguf(&[
+            "run",
+            "-m",
+            m.to_str().unwrap(),
+            "-p",
+            "abc",
+            "-n",
+            "12",
+            "--seed",
+            seed,
+            "--temp",
+            "1.5",
+            "--json",
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        json(&o.stdout)["tokens"].clone()
+    };
+    assert_eq!(args("7"), args("7"));
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let o = gguf(&["run", "-m", m.to_str().unwrap(), "-p", "this prompt is long", "-c", "8"]);
+    assert_clean_error(&o, "longer than the context of 8");
+    let o = gguf(&["logits", "-m", m.to_str().unwrap(), "-p", "this prompt is long", "-c", "8", "-o", "/tmp/x"]);
+    assert_clean_error(&o, "context of 8");
+}
+
+#[test]
+fn engine_errors_are_one_clear_line() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let ms = m.to_str().unwrap();
+    assert_clean_error(&gguf(&["run", "-m", ms]), "no prompt");
+    assert_clean_error(&gguf(&["run", "-m", "/nonexistent.gguf", "-p", "x"]), "/nonexistent.gguf");
+    assert_clean_error(&gguf(&["run", "-m", ms, "-p", "x", "--cache-type-k", "q3_K"]), "q3_K");
+    assert_clean_error(&gguf(&["run", "-m", ms, "--tokens", "1,999", "-n", "1"]), "999");
+    // a model file without a tokenizer
+    let bare = d.path().join("bare.gguf");
+    write(&Tiny::new("llama"), &bare, None, &[]).unwrap();
+    let o = gguf(&["run", "-m", bare.to_str().unwrap(), "-p", "x"]);
+    assert_clean_error(&o, "tokenizer");
+    // no half-written logits file on error
+    let out = d.path().join("never.f32");
+    let o = gguf(&["logits", "-m", ms, "--tokens", "1,999", "-o", out.to_str().unwrap()]);
+    assert_clean_error(&o, "999");
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2, "no temporary left behind");
+}
+
+#[test]
+fn bench_json_has_pp_and_tg() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "qwen2");
+    let o = gguf(&["bench", "-m", m.to_str().unwrap(), "-p", "16", "-n", "4", "-r", "2", "-t", "2", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = json(&o.stdout);
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r[0]["test"], "pp16");
+    assert_eq!(r[1]["test"], "tg4");
+    assert!(r.iter().all(|x| x["avg_ts"].as_f64().unwrap() > 0.0 && x["samples_ts"].as_array().unwrap().len() == 2));
+}
