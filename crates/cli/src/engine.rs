@@ -108,6 +108,9 @@ pub struct RunArgs {
     /// Do not add the BOS token even if the model asks for it.
     #[arg(long = "no-bos")]
     no_bos: bool,
+    /// Never stop at end-of-generation tokens (they are masked out), as llama.cpp's flag.
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
     /// Print one JSON object (token ids, text, timings) instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -258,10 +261,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     let limit = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
     let mut stop_reason = "length";
+    let eog = l.tok.eog_ids();
     while out_ids.len() < limit {
         if INTERRUPTED.load(Ordering::Relaxed) {
             stop_reason = "interrupted";
             break;
+        }
+        if args.ignore_eos {
+            for &e in &eog {
+                if let Some(x) = logits.get_mut(e as usize) {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
         }
         let id = sampler.sample(&logits);
         if l.tok.is_eog(id) {

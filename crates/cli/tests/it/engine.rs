@@ -125,3 +125,25 @@ fn bench_json_has_pp_and_tg() {
     assert_eq!(r[1]["test"], "tg4");
     assert!(r.iter().all(|x| x["avg_ts"].as_f64().unwrap() > 0.0 && x["samples_ts"].as_array().unwrap().len() == 2));
 }
+
+#[test]
+fn ctrl_c_stops_generation_with_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    // with end-of-generation masked and a huge context it would run for minutes
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+        .args(["run", "-m", m.to_str().unwrap(), "-p", "x", "-n", "-1", "-c", "200000", "--temp", "2", "--top-k", "0"])
+        .args(["--top-p", "1", "--min-p", "0", "-t", "1", "--ignore-eos"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.lines().last().unwrap().starts_with("error: interrupted"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
