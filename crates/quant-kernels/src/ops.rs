@@ -51,6 +51,26 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[f16]) {
     sc::axpy_f16(&mut y[..n], a, &x[..n])
 }
 
+/// `y[i] = f16(x[i]·a + y[i])`, fused, with an f16 accumulator: ggml's
+/// `ggml_vec_mad_f16` (the V accumulation of its CPU flash attention).
+pub fn mad_f16(y: &mut [f16], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::mad_f16(&mut y[..n], a, &x[..n]);
+    }
+    sc::mad_f16(&mut y[..n], a, &x[..n])
+}
+
+/// `y[i] = f16(y[i]·a)` (`ggml_vec_scale_f16`).
+pub fn scale_f16(y: &mut [f16], a: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::scale_f16(y, a);
+    }
+    sc::scale_f16(y, a)
+}
+
 /// `y[i] += a·x[i]`.
 pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     let n = y.len().min(x.len());

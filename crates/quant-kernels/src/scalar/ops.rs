@@ -92,3 +92,18 @@ pub fn gelu_mul_inplace(gate: &mut [f32], up: &[f32]) {
         };
     }
 }
+
+/// `y = f16(x·a + y)` with the product and sum fused (ggml's `ggml_vec_mad_f16` on FMA
+/// hardware), an f16 accumulator.
+pub fn mad_f16(y: &mut [f16], a: f32, x: &[f16]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = f16::from_f32(x.to_f32().mul_add(a, y.to_f32()));
+    }
+}
+
+/// `y = f16(y·a)` (`ggml_vec_scale_f16`).
+pub fn scale_f16(y: &mut [f16], a: f32) {
+    for y in y.iter_mut() {
+        *y = f16::from_f32(y.to_f32() * a);
+    }
+}

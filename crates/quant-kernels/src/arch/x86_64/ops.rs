@@ -171,3 +171,78 @@ unsafe fn axpy_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
         i += 1;
     }
 }
+
+/// `y = f16(fma(x, a, y))`, an f16 accumulator (`ggml_vec_mad_f16`).
+pub fn mad_f16(y: &mut [f16], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    if !has_avx2() {
+        return sc::mad_f16(&mut y[..n], a, &x[..n]);
+    }
+    // SAFETY: features checked; loads and stores stay below `n`.
+    unsafe { mad_f16_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mad_f16_imp(y: *mut f16, a: f32, x: *const f16, n: usize) {
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        let r = _mm256_fmadd_ps(load_f16x8(x.add(i)), va, load_f16x8(y.add(i)));
+        _mm_storeu_si128(y.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+        i += 8;
+    }
+    while i < n {
+        *y.add(i) = f16::from_f32((*x.add(i)).to_f32().mul_add(a, (*y.add(i)).to_f32()));
+        i += 1;
+    }
+}
+
+/// `y = f16(y·a)` (`ggml_vec_scale_f16`).
+pub fn scale_f16(y: &mut [f16], a: f32) {
+    if !has_avx2() {
+        return sc::scale_f16(y, a);
+    }
+    // SAFETY: features checked; loads and stores stay below `y.len()`.
+    unsafe { scale_f16_imp(y.as_mut_ptr(), a, y.len()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_f16_imp(y: *mut f16, a: f32, n: usize) {
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        let r = _mm256_mul_ps(load_f16x8(y.add(i)), va);
+        _mm_storeu_si128(y.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+        i += 8;
+    }
+    while i < n {
+        *y.add(i) = f16::from_f32((*y.add(i)).to_f32() * a);
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod f16_acc_tests {
+    use super::*;
+
+    #[test]
+    fn mad_and_scale_f16_match_their_scalar_twins() {
+        let mut s = 12345u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+        };
+        for n in [1, 7, 8, 9, 64, 77, 256] {
+            let x: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
+            let y0: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
+            let a = r();
+            let (mut y1, mut y2) = (y0.clone(), y0.clone());
+            mad_f16(&mut y1, a, &x);
+            sc::mad_f16(&mut y2, a, &x);
+            assert_eq!(y1, y2, "mad n={n}");
+            scale_f16(&mut y1, a);
+            sc::scale_f16(&mut y2, a);
+            assert_eq!(y1, y2, "scale n={n}");
+        }
+    }
+}
