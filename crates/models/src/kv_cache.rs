@@ -86,6 +86,18 @@ impl CacheMatrix {
         }
     }
 
+    /// `len` f16 elements of row `pos` from `off`, when the cache holds f16.
+    #[inline]
+    pub fn f16_slice(&self, pos: usize, off: usize, len: usize) -> Option<&[f16]> {
+        match &self.rows {
+            CacheRows::F16(v) => {
+                let base = pos * self.width + off;
+                Some(&v[base..base + len])
+            }
+            _ => None,
+        }
+    }
+
     /// Stores row `pos`.
     pub fn write(&mut self, pos: usize, x: &[f32]) {
         let w = self.width;

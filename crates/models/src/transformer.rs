@@ -10,7 +10,7 @@ use half::f16;
 use quant_kernels::{matmul, ops, Matrix, Pool};
 
 use crate::hparams::Hparams;
-use crate::kv_cache::{CacheType, KvCache};
+use crate::kv_cache::{CacheMatrix, CacheType, KvCache};
 use crate::loader::{Loader, TensorRef};
 use crate::model::{Logits, Model, State, StateOptions};
 use crate::rope::{Rope, RopeMode};
@@ -236,12 +236,134 @@ fn type_error(t: &TensorRef, e: Error) -> Error {
     Error::TensorType { name: t.name.clone(), type_name: t.type_name(), why: e.to_string() }
 }
 
-/// Per-thread attention scratch (scores over the context, a decoded row, a query head).
+/// Per-thread attention scratch.
 #[derive(Default)]
 struct Scratch {
     scores: Vec<f32>,
     tmp: Vec<f32>,
     qh: Vec<f32>,
+    q16: Vec<f16>,
+    acc16: Vec<f16>,
+    acc: Vec<f32>,
+}
+
+/// Softmax attention of one query head in f32 (two passes: exact max, then weights).
+#[allow(clippy::too_many_arguments)]
+fn attend_f32(
+    kc: &CacheMatrix,
+    vc: &CacheMatrix,
+    kvh: usize,
+    (hk, hv): (usize, usize),
+    q: &[f32],
+    (lo, pos): (usize, usize),
+    scale: f32,
+    sc: &mut Scratch,
+    out: &mut [f32],
+) {
+    sc.tmp.resize(hk.max(hv), 0.0);
+    sc.qh.clear();
+    sc.qh.extend_from_slice(q);
+    if kc.cache_type() == CacheType::Q8_0 {
+        // ggml quantizes q to the K cache's dot type
+        let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is built in");
+        let mut b = vec![0u8; hk / 32 * 34];
+        if q8.quantize_ref(q, &mut b).is_ok() {
+            let _ = q8.dequantize(&b, &mut sc.qh);
+        }
+    }
+    sc.scores.clear();
+    let mut max = f32::NEG_INFINITY;
+    for j in lo..=pos {
+        let s = kc.dot(j, kvh * hk, &sc.qh, &mut sc.tmp) * scale;
+        max = max.max(s);
+        sc.scores.push(s);
+    }
+    let mut sum = 0.0f32;
+    for s in sc.scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    out.fill(0.0);
+    let inv = 1.0 / sum;
+    for (j, s) in (lo..=pos).zip(sc.scores.iter()) {
+        vc.axpy(j, kvh * hv, s * inv, out, &mut sc.tmp);
+    }
+}
+
+/// One query head as ggml's `flash_attn_ext_f16_one_chunk` computes it over each chunk of
+/// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
+/// as `ggml_flash_attn_ext_reduce_partials`.
+#[allow(clippy::too_many_arguments)]
+fn attend_f16(
+    kc: &CacheMatrix,
+    vc: &CacheMatrix,
+    kvh: usize,
+    (hk, hv): (usize, usize),
+    q: &[f32],
+    (lo, pos): (usize, usize),
+    chunk: usize,
+    scale: f32,
+    sc: &mut Scratch,
+    out: &mut [f32],
+) {
+    sc.q16.clear();
+    sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
+    sc.acc16.resize(hv, f16::ZERO);
+    sc.acc.resize(hv, 0.0);
+    let (mut m_fin, mut s_fin) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    let mut c0 = 0;
+    while c0 <= pos {
+        let (a, b) = (c0.max(lo), (c0 + chunk - 1).min(pos));
+        c0 += chunk;
+        if a > b {
+            continue;
+        }
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        sc.acc16.fill(f16::ZERO);
+        for j in a..=b {
+            let (Some(kr), Some(vr)) = (kc.f16_slice(j, kvh * hk, hk), vc.f16_slice(j, kvh * hv, hv)) else {
+                return;
+            };
+            let x = ops::dot_f16_f16(kr, &sc.q16) * scale;
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if x > m {
+                let old = m;
+                m = x;
+                ms = (old - m).exp();
+                ops::scale_f16(&mut sc.acc16, ms);
+            } else {
+                vs = (x - m).exp();
+            }
+            ops::mad_f16(&mut sc.acc16, vs, vr);
+            s = s * ms + vs;
+        }
+        for (d, v) in sc.acc.iter_mut().zip(&sc.acc16) {
+            *d = v.to_f32();
+        }
+        if chunk > pos {
+            // one chunk: the plain path divides directly
+            let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+            for (o, v) in out.iter_mut().zip(&sc.acc) {
+                *o = v * inv;
+            }
+            return;
+        }
+        if s == 0.0 {
+            continue;
+        }
+        let m_new = m_fin.max(m);
+        let (so, sn) = ((m_fin - m_new).exp(), (m - m_new).exp());
+        for (o, v) in out.iter_mut().zip(&sc.acc) {
+            *o = *o * so + v * sn;
+        }
+        s_fin = s_fin * so + s * sn;
+        m_fin = m_new;
+    }
+    let inv = if s_fin == 0.0 { 0.0 } else { 1.0 / s_fin };
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
 }
 
 thread_local! {
@@ -365,16 +487,21 @@ impl Transformer {
             o.resize(n * nh * hv, 0.0);
             let (kc, vc) = (&st.kv.k[il], &st.kv.v[il]);
             let window = if layer.swa { self.spec.swa.as_ref().map(|s| s.window) } else { None };
-            let round_q = matches!(kc_type(kc), CacheType::F16);
+            // llama.cpp's CPU flash attention (its default) takes two paths: batches of 64
+            // or more query rows use f32 tiles; smaller ones (decode) round q to f16 and
+            // accumulate V in f16 with an online softmax, splitting a single query over
+            // the threads once the (256-padded) KV length reaches 512. We follow both, so
+            // logits track llama.cpp's own rounding.
+            let f16_path = n < 64 && kc.cache_type() == CacheType::F16 && vc.cache_type() == CacheType::F16;
+            let nth = st.pool.n_threads();
+            let n_ctx = st.kv.n_ctx;
             {
                 let qref = &q;
                 let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
                 st.pool.for_each(n * nh, &|i| {
                     SCRATCH.with(|cell| {
                         let mut guard = cell.borrow_mut();
-                        let Scratch { scores, tmp, qh } = &mut *guard;
-                        tmp.resize(hk.max(hv), 0.0);
-                        qh.resize(hk, 0.0);
+                        let sc = &mut *guard;
                         let (t, head) = (i / nh, i % nh);
                         let kvh = head / group;
                         let pos = p0 + t;
@@ -383,26 +510,13 @@ impl Transformer {
                             None => 0,
                         };
                         let src = &qref[(t * nh + head) * hk..(t * nh + head + 1) * hk];
-                        for (d, s) in qh.iter_mut().zip(src) {
-                            *d = if round_q { f16::from_f32(*s).to_f32() } else { *s };
-                        }
-                        scores.clear();
-                        let mut max = f32::NEG_INFINITY;
-                        for j in lo..=pos {
-                            let s = kc.dot(j, kvh * hk, qh, tmp) * scale;
-                            max = max.max(s);
-                            scores.push(s);
-                        }
-                        let mut sum = 0.0f32;
-                        for s in scores.iter_mut() {
-                            *s = (*s - max).exp();
-                            sum += *s;
-                        }
                         let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
-                        out.fill(0.0);
-                        let inv = 1.0 / sum;
-                        for (j, s) in (lo..=pos).zip(scores.iter()) {
-                            vc.axpy(j, kvh * hv, s * inv, &mut out, tmp);
+                        if f16_path {
+                            let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+                            let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
+                            attend_f16(kc, vc, kvh, (hk, hv), src, (lo, pos), chunk, scale, sc, &mut out);
+                        } else {
+                            attend_f32(kc, vc, kvh, (hk, hv), src, (lo, pos), scale, sc, &mut out);
                         }
                     })
                 });
@@ -526,10 +640,6 @@ impl Transformer {
         }
         Ok(())
     }
-}
-
-fn kc_type(m: &crate::kv_cache::CacheMatrix) -> CacheType {
-    m.cache_type()
 }
 
 impl Model for Transformer {
