@@ -5,8 +5,8 @@
 //! This file holds the crate's one `unsafe` outside `arch/`: the job closure is borrowed
 //! for the duration of [`Pool::for_each`] only, and workers see it as `'static`. The
 //! soundness argument is the same as `std::thread::scope`'s: `for_each` does not return
-//! (not even by unwinding) until every worker has finished with the closure and the slot
-//! holding it has been cleared.
+//! (not even by unwinding) until the job is closed to new workers and every worker that
+//! joined it has finished with the closure.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -16,11 +16,22 @@ use std::time::{Duration, Instant};
 
 type Job = &'static (dyn Fn(usize) + Sync);
 
-/// How long an idle worker spins before it parks.
+/// How long an idle worker polls (spinning, then yielding) before it parks.
 const SPIN_FOR: Duration = Duration::from_millis(2);
+/// How long an idle worker busy-spins before it starts yielding between polls.
+const BUSY_SPIN_FOR: Duration = Duration::from_micros(200);
+/// Spin iterations of the caller waiting for the last workers before it yields.
+const CALLER_SPINS: u32 = 2000;
+
+/// The published job. Workers join it under the lock (counting themselves in `active`);
+/// the caller closes it under the lock, so no worker can pick up the closure after that.
+struct Slot {
+    job: Option<Job>,
+    generation: u64,
+}
 
 struct Shared {
-    job: Mutex<Option<Job>>,
+    slot: Mutex<Slot>,
     generation: AtomicU64,
     next: AtomicUsize,
     n_items: AtomicUsize,
@@ -34,6 +45,11 @@ struct Shared {
 
 /// A fixed set of worker threads; `n_threads` counts the calling thread, which takes part
 /// in every [`Pool::for_each`].
+///
+/// The caller never waits for a worker that has not started: items are claimed one at a
+/// time, workers join a job only while it is open, and the caller closes it once every
+/// item is claimed. On an oversubscribed machine a descheduled worker therefore costs at
+/// most the item it is running, not a whole time slice per call.
 pub struct Pool {
     n_threads: usize,
     shared: Arc<Shared>,
@@ -47,13 +63,17 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Pool {
     /// A pool of `n_threads` threads including the caller (`0` is treated as 1); starts
     /// `n_threads - 1` workers.
     pub fn new(n_threads: usize) -> Pool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
-            job: Mutex::new(None),
+            slot: Mutex::new(Slot { job: None, generation: 0 }),
             generation: AtomicU64::new(0),
             next: AtomicUsize::new(0),
             n_items: AtomicUsize::new(0),
@@ -97,32 +117,40 @@ impl Pool {
             return;
         }
         let s = &*self.shared;
-        // SAFETY: only the lifetime is changed. Workers reach `f` only through `s.job`,
-        // which is set below and cleared before this function returns; the wait on
-        // `s.active` below guarantees every worker has finished its last call of `f` (and
-        // dropped its copy of the reference) first. The caller's own calls are wrapped in
-        // `catch_unwind`, so no unwinding skips that wait.
+        // SAFETY: only the lifetime is changed. Workers reach `f` only by copying it out of
+        // `s.slot` while the job is open, and they count themselves in `s.active` under
+        // the same lock. Below, the job is closed (`slot.job = None`) under the lock and
+        // then `s.active` is awaited to reach 0, so when this function returns no worker
+        // holds or can obtain the reference. The caller's own calls of `f` are wrapped in
+        // `catch_unwind`, so no unwinding skips the close and the wait.
         let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f) };
-        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
         s.next.store(0, Ordering::Relaxed);
         s.n_items.store(n_items, Ordering::Relaxed);
-        s.active.store(self.workers.len(), Ordering::Relaxed);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        s.panicked.store(false, Ordering::Relaxed);
+        let gen = {
+            let mut slot = lock(&s.slot);
+            slot.generation += 1;
+            slot.job = Some(job);
+            slot.generation
+        };
+        s.generation.store(gen, Ordering::SeqCst);
         if s.n_sleeping.load(Ordering::SeqCst) > 0 {
-            let _g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = lock(&s.sleep_lock);
             s.wake.notify_all();
         }
         run_items(s, f);
+        lock(&s.slot).job = None;
+        // Workers that joined: spin briefly, then yield so that a preempted worker (an
+        // oversubscribed machine) gets a core back instead of us burning our time slice.
         let mut spins = 0u32;
         while s.active.load(Ordering::Acquire) != 0 {
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(4096) {
+            spins = spins.saturating_add(1);
+            if spins > CALLER_SPINS {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
         }
-        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let panicked = s.panicked.swap(false, Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
         if panicked {
@@ -147,16 +175,24 @@ fn run_items(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
 fn worker(s: &Shared) {
     let mut seen = 0u64;
     loop {
-        // Spin, then park, until a new generation is published.
+        // Spin, then yield, then park, until a new generation is published.
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut yielding = false;
         let mut gen = s.generation.load(Ordering::Acquire);
         while gen == seen {
-            std::hint::spin_loop();
+            if yielding {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) && start.elapsed() > SPIN_FOR {
+            if !yielding && spins.is_multiple_of(256) && start.elapsed() > BUSY_SPIN_FOR {
+                yielding = true;
+            }
+            if yielding && spins.is_multiple_of(16) && start.elapsed() > SPIN_FOR {
                 s.n_sleeping.fetch_add(1, Ordering::SeqCst);
-                let mut g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+                let mut g = lock(&s.sleep_lock);
                 while s.generation.load(Ordering::SeqCst) == seen {
                     g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
@@ -169,11 +205,21 @@ fn worker(s: &Shared) {
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
+        // Join the job if it is still open (and still the one we saw).
+        let job = {
+            let slot = lock(&s.slot);
+            match slot.job {
+                Some(f) if slot.generation == gen => {
+                    s.active.fetch_add(1, Ordering::AcqRel);
+                    Some(f)
+                }
+                _ => None,
+            }
+        };
         if let Some(f) = job {
             run_items(s, f);
+            s.active.fetch_sub(1, Ordering::Release);
         }
-        s.active.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -181,9 +227,13 @@ impl Drop for Pool {
     fn drop(&mut self) {
         let s = &*self.shared;
         s.shutdown.store(true, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
         {
-            let _g = s.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slot = lock(&s.slot);
+            slot.generation += 1;
+            s.generation.store(slot.generation, Ordering::SeqCst);
+        }
+        {
+            let _g = lock(&s.sleep_lock);
             s.wake.notify_all();
         }
         for w in self.workers.drain(..) {

@@ -41,6 +41,21 @@ fn dots_and_axpy_match_twins() {
             assert!(close(*p, *q, 8.0), "axpy_f32 {n}");
         }
     }
+    for n in [0usize, 1, 7, 8, 9, 64, 100, 129] {
+        let a = vec(&mut rng, n);
+        let x: Vec<f16> = vec(&mut rng, n).iter().map(|v| f16::from_f32(*v)).collect();
+        let y0: Vec<f16> = a.iter().map(|v| f16::from_f32(*v)).collect();
+        let (mut y1, mut y2) = (y0.clone(), y0.clone());
+        ops::mad_f16(&mut y1, 0.731, &x);
+        sc::mad_f16(&mut y2, 0.731, &x);
+        assert_eq!(y1, y2, "mad_f16 {n}");
+        for i in 0..n {
+            assert_eq!(y1[i], f16::from_f32(x[i].to_f32().mul_add(0.731, y0[i].to_f32())));
+        }
+        ops::scale_f16(&mut y1, 0.37);
+        sc::scale_f16(&mut y2, 0.37);
+        assert_eq!(y1, y2, "scale_f16 {n}");
+    }
     // Mismatched lengths: the common prefix, no panic.
     assert_eq!(ops::dot_f32(&[1.0, 2.0, 3.0], &[1.0, 1.0]), 3.0);
 }
