@@ -98,6 +98,72 @@ fn simd_kernels_match_scalar_twins() {
     }
 }
 
+/// Every tile kernel (many rows × many tokens, including the 1..4-token remainders)
+/// against the scalar twin's `vec_dot`, output by output, same tolerance as above.
+#[test]
+fn tile_kernels_match_scalar_twins() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let mut compared = 0;
+    for &(name, cols_list) in TYPES {
+        let t = ggml_quants::lookup_name(name).unwrap();
+        let ks = kernels_of(t.id);
+        let scalar = ks.iter().find(|k| k.backend == "scalar").unwrap();
+        let act = ggml_quants::lookup_id(scalar.vec_dot_type).unwrap();
+        let aq = act_quantizers_of(act.id).iter().find(|a| a.backend == "scalar").unwrap();
+        for k in ks.iter().filter(|k| (k.available)() && k.tile.is_some()) {
+            let tile = k.tile.unwrap();
+            for &cols in cols_list.iter().take(2) {
+                let (rows, tokens) = (5, 9);
+                let wrow = t.row_size(cols).unwrap();
+                let xrow = act.row_size(cols).unwrap();
+                let w = quantize(name, &data(&mut rng, rows * cols, 1.0), cols);
+                let xf = data(&mut rng, tokens * cols, 2.0);
+                let mut xq = vec![0u8; tokens * xrow];
+                for (s, d) in xf.chunks(cols).zip(xq.chunks_mut(xrow)) {
+                    (aq.quantize)(s, d);
+                }
+                for nt in 1..=tokens {
+                    // y with a stride larger than `rows`, to catch stride mix-ups.
+                    let ys = rows + 3;
+                    let mut y = vec![f32::NAN; nt * ys];
+                    let tl = quant_kernels::Tile {
+                        n: cols,
+                        w: &w,
+                        w_stride: wrow,
+                        rows,
+                        x: &xq[..nt * xrow],
+                        x_stride: xrow,
+                        tokens: nt,
+                    };
+                    tile(&tl, &mut y, ys);
+                    for tk in 0..nt {
+                        for r in 0..rows {
+                            let wr = &w[r * wrow..(r + 1) * wrow];
+                            let xr = &xq[tk * xrow..(tk + 1) * xrow];
+                            let want = (scalar.vec_dot)(cols, wr, xr);
+                            let wd = dequant(t.id, wr);
+                            let xd = dequant(act.id, xr);
+                            let mag: f64 = wd.iter().zip(&xd).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                            let got = y[tk * ys + r];
+                            assert!(
+                                ((got - want) as f64).abs() <= 1e-5 * mag + 1e-30,
+                                "{name} {} tile cols {cols} tokens {nt}: y[{tk}][{r}] = {got} vs {want}",
+                                k.backend
+                            );
+                            compared += 1;
+                        }
+                        // Padding between rows of y untouched.
+                        assert!(y[tk * ys + rows..(tk + 1) * ys].iter().all(|v| v.is_nan()));
+                    }
+                }
+            }
+        }
+    }
+    if quant_kernels::x86_64::vnni::has_vnni() {
+        assert!(compared > 4000, "only {compared} comparisons");
+    }
+}
+
 /// The SIMD activation quantizers are bit-identical to their scalar twins.
 #[test]
 fn activation_quantizers_match_scalar_twins() {
