@@ -225,7 +225,7 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
     let (pp, tg) = (format!("pp{}", o.n_prompt), format!("tg{}", o.n_gen));
     let _ = writeln!(
         s,
-        "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, {} interleaved rounds, tokens/s mean ± sd\n",
+        "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, {} interleaved rounds, tokens/s mean ± sd (best round)\n",
         o.threads, o.rounds
     );
     let _ = writeln!(
@@ -233,18 +233,21 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
         "| model | file MiB | {pp} ours | {pp} llama.cpp | ratio | {tg} ours | {tg} llama.cpp | ratio | load ms ours / llama.cpp | peak RSS MiB ours / llama.cpp |"
     );
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     let fmt = |v: &[f64]| {
         let (m, sd) = mean_sd(v);
         if m.is_nan() {
             "-".to_string()
         } else {
-            format!("{m:.1} ± {sd:.1}")
+            format!("{m:.1} ± {sd:.1} (best {:.1})", best(v))
         }
     };
+    // Ratio of the means, and of the best rounds (less sensitive to a loaded machine).
     let ratio = |a: &[f64], b: &[f64]| {
         let r = mean_sd(a).0 / mean_sd(b).0;
+        let rb = best(a) / best(b);
         if r.is_finite() {
-            format!("{r:.2}×")
+            format!("{r:.2}× (best {rb:.2}×)")
         } else {
             "-".into()
         }

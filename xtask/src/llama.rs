@@ -218,6 +218,102 @@ llama_fns! {
     llama_get_logits_ith: unsafe extern "C" fn(*mut c_void, i32) -> *mut f32;
 }
 
+/// `ggml_backend_sched_eval_callback`.
+type EvalCallback = unsafe extern "C" fn(t: *mut c_void, ask: bool, user: *mut c_void) -> bool;
+
+/// One intermediate tensor captured during a decode (see [`Model::dump_context`]).
+#[derive(Debug, Clone)]
+pub struct Dumped {
+    /// ggml name, e.g. `Qcur-0`, `kqv_out-3`, `l_out-11`, `result_norm`.
+    pub name: String,
+    /// ggml shape (`ne[0]` fastest).
+    pub ne: [i64; 4],
+    /// The values, converted to f32, in `ne` order.
+    pub data: Vec<f32>,
+}
+
+struct DumpState {
+    filter: Box<dyn Fn(&str) -> bool>,
+    get_name: unsafe extern "C" fn(*const c_void) -> *const c_char,
+    get_data: unsafe extern "C" fn(*const c_void) -> *mut c_void,
+    out: Vec<Dumped>,
+}
+
+/// Reads `ne` and `nb` of a `struct ggml_tensor`: `type` (enum, 4 bytes + 4 padding),
+/// `buffer` (pointer), then `int64_t ne[4]` at offset 16 and `size_t nb[4]` at 48 (ggml.h;
+/// checked against the header in [`Llama::load`]).
+///
+/// # Safety
+/// `t` must point to a live `ggml_tensor`.
+unsafe fn tensor_layout(t: *const c_void) -> (i32, [i64; 4], [usize; 4]) {
+    // SAFETY: offsets of the leading fields of struct ggml_tensor (see above).
+    unsafe {
+        let ty = *(t as *const i32);
+        let ne = *((t as *const u8).add(16) as *const [i64; 4]);
+        let nb = *((t as *const u8).add(48) as *const [usize; 4]);
+        (ty, ne, nb)
+    }
+}
+
+unsafe extern "C" fn dump_callback(t: *mut c_void, ask: bool, user: *mut c_void) -> bool {
+    // SAFETY: `user` is the DumpState boxed in the Context that registered this callback,
+    // `t` a live tensor of the graph being computed (ggml's contract for cb_eval).
+    let st = unsafe { &mut *(user as *mut DumpState) };
+    let name = unsafe {
+        let p = (st.get_name)(t);
+        if p.is_null() {
+            return !ask;
+        }
+        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    };
+    if ask {
+        return (st.filter)(&name);
+    }
+    // SAFETY: as above; CPU tensors live in host memory, read with their own strides.
+    unsafe {
+        let (ty, ne, nb) = tensor_layout(t);
+        let data = (st.get_data)(t) as *const u8;
+        if data.is_null() || !(ty == 0 || ty == 1) || ne.iter().any(|&n| n <= 0) {
+            return true;
+        }
+        let mut v = Vec::with_capacity(ne.iter().product::<i64>() as usize);
+        for i3 in 0..ne[3] as usize {
+            for i2 in 0..ne[2] as usize {
+                for i1 in 0..ne[1] as usize {
+                    for i0 in 0..ne[0] as usize {
+                        let p = data.add(i0 * nb[0] + i1 * nb[1] + i2 * nb[2] + i3 * nb[3]);
+                        v.push(if ty == 0 {
+                            (p as *const f32).read_unaligned()
+                        } else {
+                            half_to_f32((p as *const u16).read_unaligned())
+                        });
+                    }
+                }
+            }
+        }
+        st.out.push(Dumped { name, ne, data: v });
+    }
+    true
+}
+
+/// IEEE half → f32 (exact).
+fn half_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // subnormal: m * 2^-24
+            let v = m as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
+        (e, m) => sign | ((e + 112) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
 /// Swallows llama.cpp's log output (set `XTASK_LLAMA_LOG=1` to keep it).
 unsafe extern "C" fn quiet_log(_level: c_int, _text: *const c_char, _user: *mut c_void) {}
 
@@ -236,6 +332,7 @@ fn header_struct_fields(header: &str, open: &str) -> Option<Vec<String>> {
     for line in body.lines() {
         let code = line.split("//").next().unwrap_or("").trim();
         let Some(decl) = code.strip_suffix(';') else { continue };
+        let decl = decl.split('[').next().unwrap_or(decl).trim_end();
         let name: String =
             decl.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("").to_string();
         if !name.is_empty() {
@@ -245,7 +342,22 @@ fn header_struct_fields(header: &str, open: &str) -> Option<Vec<String>> {
     Some(fields)
 }
 
+fn check_ggml_tensor_header(src: &Path) -> Result<()> {
+    let path = src.join("ggml").join("include").join("ggml.h");
+    let header = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let fields = header_struct_fields(&header, "struct ggml_tensor {")
+        .with_context(|| format!("{} declares no struct ggml_tensor", path.display()))?;
+    ensure!(
+        fields.len() > 3 && fields[..4] == ["type", "buffer", "ne", "nb"],
+        "{}: struct ggml_tensor starts with {:?}, the dump code expects type, buffer, ne, nb",
+        path.display(),
+        &fields[..fields.len().min(4)]
+    );
+    Ok(())
+}
+
 fn check_header(src: &Path) -> Result<()> {
+    check_ggml_tensor_header(src)?;
     let path = src.join("include").join("llama.h");
     let header = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     for (open, ours) in [
@@ -300,6 +412,7 @@ impl CtxOpts {
 pub struct Llama {
     fns: Fns,
     _lib: Library,
+    base: Library,
 }
 
 impl Llama {
@@ -321,7 +434,10 @@ impl Llama {
                 (fns.llama_log_set)(Some(quiet_log), std::ptr::null_mut());
             }
         }
-        Ok(Llama { fns, _lib: lib })
+        let base_path = path.with_file_name("libggml-base.so");
+        // SAFETY: libggml-base is already loaded as libllama's dependency; this adds a reference.
+        let base = unsafe { Library::new(&base_path) }.with_context(|| format!("loading {}", base_path.display()))?;
+        Ok(Llama { fns, _lib: lib, base })
     }
 
     /// Loads a model on the CPU (llama.cpp's default parameters, mmap, no GPU layers).
@@ -438,7 +554,50 @@ impl<'a> Model<'a> {
         ensure!(!ptr.is_null(), "llama_init_from_model failed (n_ctx {n_ctx})");
         // SAFETY: a live context.
         let got = unsafe { (self.ll.fns.llama_n_ctx)(ptr) };
-        Ok(Context { model: self, ptr, n_ctx: got })
+        Ok(Context { model: self, ptr, n_ctx: got, dump: None })
+    }
+
+    /// A context that captures every intermediate tensor whose name passes `filter`
+    /// (llama.cpp's `cb_eval`, as `llama-eval-callback` uses it); read them with
+    /// [`Context::take_dumps`]. F32 and F16 tensors only.
+    pub fn dump_context(
+        &self,
+        n_ctx: u32,
+        n_threads: i32,
+        o: &CtxOpts,
+        filter: Box<dyn Fn(&str) -> bool>,
+    ) -> Result<Context<'_, 'a>> {
+        // SAFETY: symbols of libggml-base with these signatures (ggml.h).
+        let (get_name, get_data) = unsafe {
+            let n: libloading::Symbol<unsafe extern "C" fn(*const c_void) -> *const c_char> =
+                self.ll.base.get(b"ggml_get_name\0")?;
+            let d: libloading::Symbol<unsafe extern "C" fn(*const c_void) -> *mut c_void> =
+                self.ll.base.get(b"ggml_get_data\0")?;
+            (*n, *d)
+        };
+        let mut state = Box::new(DumpState { filter, get_name, get_data, out: Vec::new() });
+        // SAFETY: by-value struct with the checked layout.
+        let mut p = unsafe { (self.ll.fns.llama_context_default_params)() };
+        if let Some(fa) = o.flash_attn {
+            p.flash_attn_type = fa;
+        }
+        if let Some(t) = o.cache_type {
+            p.type_k = t;
+            p.type_v = t;
+        }
+        p.n_ctx = n_ctx;
+        p.n_batch = n_ctx;
+        p.n_threads = n_threads;
+        p.n_threads_batch = n_threads;
+        p.no_perf = true;
+        p.cb_eval = dump_callback as EvalCallback as *const c_void;
+        p.cb_eval_user_data = &mut *state as *mut DumpState as *mut c_void;
+        // SAFETY: a live model; the callback state outlives the context (both in Context).
+        let ptr = unsafe { (self.ll.fns.llama_init_from_model)(self.ptr, p) };
+        ensure!(!ptr.is_null(), "llama_init_from_model failed (n_ctx {n_ctx})");
+        // SAFETY: a live context.
+        let got = unsafe { (self.ll.fns.llama_n_ctx)(ptr) };
+        Ok(Context { model: self, ptr, n_ctx: got, dump: Some(state) })
     }
 }
 
@@ -447,6 +606,8 @@ pub struct Context<'m, 'a> {
     model: &'m Model<'a>,
     ptr: *mut c_void,
     n_ctx: u32,
+    // Freed after the context (fields drop after `Drop::drop`), which calls into it.
+    dump: Option<Box<DumpState>>,
 }
 
 impl Drop for Context<'_, '_> {
@@ -459,6 +620,11 @@ impl Drop for Context<'_, '_> {
 impl Context<'_, '_> {
     fn fns(&self) -> &Fns {
         &self.model.ll.fns
+    }
+
+    /// The tensors captured since the last call (a [`Model::dump_context`] only).
+    pub fn take_dumps(&mut self) -> Vec<Dumped> {
+        self.dump.as_mut().map(|d| std::mem::take(&mut d.out)).unwrap_or_default()
     }
 
     /// Empties the KV cache.
@@ -571,8 +737,17 @@ mod tests {
     fn header_parser_reads_fields_in_order() {
         let h = "struct foo {\n  int a; // x\n  const char * b;\n\n  // c;\n  bool d;\n};\n";
         assert_eq!(header_struct_fields(h, "struct foo {").unwrap(), ["a", "b", "d"]);
-        let t = "typedef struct bar {\n  int32_t n;\n  int8_t * logits; // y\n} bar;\nstruct z { int q; };";
-        assert_eq!(header_struct_fields(t, "typedef struct bar {").unwrap(), ["n", "logits"]);
+        let t = "typedef struct bar {\n  int32_t n;\n  int8_t * logits; // y\n  int64_t ne[4]; // z\n} bar;\nstruct z { int q; };";
+        assert_eq!(header_struct_fields(t, "typedef struct bar {").unwrap(), ["n", "logits", "ne"]);
+    }
+
+    #[test]
+    fn half_conversion_is_exact() {
+        assert_eq!(half_to_f32(0x3c00), 1.0);
+        assert_eq!(half_to_f32(0xc000), -2.0);
+        assert_eq!(half_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(half_to_f32(0x7bff), 65504.0);
+        assert!(half_to_f32(0x7c00).is_infinite());
     }
 
     #[test]

@@ -53,6 +53,9 @@ commands:
   llama-logits -m FILE (--prompt TEXT | --tokens 1,2,3) -o OUT [-n N] [-t N]
                                     llama.cpp's logits at every position (raw f32, as
                                     gguf logits writes them); -n: append its greedy tokens
+  llama-dump -m FILE --tokens 1,2,3 -o DIR [--filter PREFIX,...]
+                                    every intermediate tensor of llama.cpp's forward pass
+                                    (cb_eval: Qcur-0, kqv_out-0, l_out-0, ...) as raw f32
   synth [qwen3|qwen3moe]            write the random-weight test models into the cache
   requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory
@@ -78,6 +81,7 @@ struct Args {
     prompt: Option<String>,
     tokens: Option<String>,
     out: Option<String>,
+    filter: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -100,6 +104,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
         prompt: None,
         tokens: None,
         out: None,
+        filter: None,
     };
     let num = |v: Option<&String>, flag: &str| -> Result<usize> {
         v.with_context(|| format!("{flag} needs a value"))?.parse().with_context(|| format!("{flag}: not a number"))
@@ -128,6 +133,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--self-check" => a.self_check = true,
             "--prompt" => a.prompt = Some(it.next().context("--prompt needs a value")?.clone()),
             "--tokens" => a.tokens = Some(it.next().context("--tokens needs a value")?.clone()),
+            "--filter" => a.filter = Some(it.next().context("--filter needs a value")?.clone()),
             "-o" => a.out = Some(it.next().context("-o needs a file")?.clone()),
             "--llama-only" => a.llama_only = true,
             "-h" | "--help" => {
@@ -235,6 +241,19 @@ fn real_main() -> Result<()> {
                 args.prompt.as_deref(),
                 args.tokens.as_deref(),
                 n_gen,
+                args.threads,
+                std::path::Path::new(out),
+            )?;
+        }
+        "llama-dump" => {
+            let model = args.models.first().context("llama-dump needs -m FILE")?;
+            let out = args.out.as_ref().context("llama-dump needs -o DIR")?;
+            let tokens = args.tokens.as_ref().context("llama-dump needs --tokens 1,2,3")?;
+            verify::logits::dump_intermediates(
+                &cache,
+                std::path::Path::new(model),
+                tokens,
+                args.filter.as_deref(),
                 args.threads,
                 std::path::Path::new(out),
             )?;

@@ -539,6 +539,55 @@ pub fn dump_reference(
     Ok(())
 }
 
+/// `cargo xtask llama-dump -m FILE --tokens 1,2,3 -o DIR [--filter a,b]`: every
+/// intermediate tensor llama.cpp computes for one batch (names as `llama-eval-callback`
+/// prints them: `attn_norm-0`, `Qcur-0`, `kqv_out-0`, `ffn_out-0`, `l_out-0`, ...,
+/// `result_norm`, `result_output`), each as `DIR/<name>.f32` (raw f32 in ggml order, `ne[0]`
+/// fastest) plus `DIR/index.json` with the shapes. `filter`: comma-separated name prefixes.
+pub fn dump_intermediates(
+    cache: &Path,
+    model: &Path,
+    tokens: &str,
+    filter: Option<&str>,
+    threads: usize,
+    out: &Path,
+) -> Result<()> {
+    let ll = Llama::load(cache)?;
+    let m = ll.model(model)?;
+    let seq: Vec<Token> = tokens
+        .split(',')
+        .map(|s| s.trim().parse::<Token>().with_context(|| format!("bad token id {s:?}")))
+        .collect::<Result<_>>()?;
+    let prefixes: Vec<String> = filter
+        .map(|f| f.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    let keep = move |name: &str| prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_str()));
+    let mut ctx = m.dump_context(
+        N_CTX.max(seq.len() as u32),
+        threads as i32,
+        &CtxOpts::from_env("XTASK_LLAMA_")?,
+        Box::new(keep),
+    )?;
+    let _ = ctx.logits_all(&seq)?;
+    let dumps = ctx.take_dumps();
+    fs::create_dir_all(out)?;
+    let mut index = serde_json::Map::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for d in &dumps {
+        // A name computed twice (e.g. `Qcur-0` before and after rope) gets `#2`, `#3`, ...
+        let base = d.name.replace(['/', ' '], "_");
+        let k = seen.entry(base.clone()).or_insert(0);
+        *k += 1;
+        let file = if *k == 1 { base } else { format!("{base}#{k}") };
+        let bytes: Vec<u8> = d.data.iter().flat_map(|x| x.to_le_bytes()).collect();
+        fs::write(out.join(format!("{file}.f32")), bytes)?;
+        index.insert(file, serde_json::json!(d.ne));
+    }
+    fs::write(out.join("index.json"), serde_json::to_string_pretty(&Json::Object(index))?)?;
+    eprintln!("{} tensors -> {}", dumps.len(), out.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
