@@ -139,29 +139,46 @@ macro_rules! legacy_tile {
             let l = $l;
             for r in 0..rows {
                 let wr = w.add(r * w_stride);
-                let mut acc = [_mm256_setzero_ps(); T];
-                let mut summ = [0f32; T];
-                for b in 0..nb {
-                    let wb = wr.add(b * l.wb);
-                    let q = $unpack(wb);
-                    let dw = f16_at(wb);
-                    let mw = if l.has_min { f16_at(wb.add(2)) } else { 0.0 };
-                    for t in 0..T {
-                        let i = (t0 + t) * nb + b;
-                        let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
-                        let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
-                        if l.offset != 0 {
-                            dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
+                // Two accumulators per token (even / odd blocks) break the FMA latency
+                // chain; a token's arithmetic does not depend on T.
+                let mut acc0 = [_mm256_setzero_ps(); T];
+                let mut acc1 = [_mm256_setzero_ps(); T];
+                let mut summ0 = [0f32; T];
+                let mut summ1 = [0f32; T];
+                macro_rules! block {
+                    ($b:expr, $acc:ident, $summ:ident) => {{
+                        let b = $b;
+                        let wb = wr.add(b * l.wb);
+                        let q = $unpack(wb);
+                        let dw = f16_at(wb);
+                        let mw = if l.has_min { f16_at(wb.add(2)) } else { 0.0 };
+                        for t in 0..T {
+                            let i = (t0 + t) * nb + b;
+                            let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
+                            let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
+                            if l.offset != 0 {
+                                dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
+                            }
+                            let d = _mm256_set1_ps(dw * *p.d.get_unchecked(i));
+                            $acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), $acc[t]);
+                            if l.has_min {
+                                $summ[t] += mw * *p.s.get_unchecked(i);
+                            }
                         }
-                        let d = _mm256_set1_ps(dw * *p.d.get_unchecked(i));
-                        acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[t]);
-                        if l.has_min {
-                            summ[t] += mw * *p.s.get_unchecked(i);
-                        }
-                    }
+                    }};
+                }
+                let mut b = 0;
+                while b + 1 < nb {
+                    block!(b, acc0, summ0);
+                    block!(b + 1, acc1, summ1);
+                    b += 2;
+                }
+                if b < nb {
+                    block!(b, acc0, summ0);
                 }
                 for t in 0..T {
-                    *y.add((t0 + t) * y_stride + r) = hsum_float_8(acc[t]) + summ[t];
+                    let v = hsum_float_8(_mm256_add_ps(acc0[t], acc1[t])) + (summ0[t] + summ1[t]);
+                    *y.add((t0 + t) * y_stride + r) = v;
                 }
             }
         }
