@@ -49,7 +49,9 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        // hashbrown takes the bucket from the low bits and a tag from the top 7: move
+        // the best-mixed (high) bits of the last multiply down, as rustc-hash 2 does
+        self.0.rotate_left(26)
     }
 }
 

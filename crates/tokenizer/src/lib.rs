@@ -186,6 +186,11 @@ pub(crate) struct Vocab {
     pub(crate) strip_accents: bool,
     /// Control/user-defined/unknown tokens, longest text first.
     cache_special: Vec<u32>,
+    /// One automaton over the `cache_special` texts (pattern i = `cache_special[i]`), to
+    /// find which of them occur in a text at all before the ordered partition.
+    special_ac: Option<aho_corasick::AhoCorasick>,
+    /// `<0xXX>` (or raw byte) token of each byte, for SPM/UGM byte fallback.
+    byte_tokens: Vec<Option<u32>>,
     /// `token_to_piece(id, special = true)` for every token.
     pieces: Vec<Vec<u8>>,
     eog: BTreeSet<u32>,
@@ -198,6 +203,13 @@ impl Vocab {
     }
 
     pub(crate) fn byte_to_token(&self, b: u8) -> Result<u32> {
+        if let Some(t) = self.byte_tokens.get(b as usize) {
+            return t.ok_or(Error::NoByteToken(b));
+        }
+        self.byte_to_token_slow(b)
+    }
+
+    fn byte_to_token_slow(&self, b: u8) -> Result<u32> {
         match self.kind {
             ModelKind::Spm | ModelKind::Ugm => self
                 .text_to_token(format!("<0x{b:02X}>").as_bytes())
@@ -519,6 +531,8 @@ impl Tokenizer {
             lowercase: false,
             strip_accents: false,
             cache_special: Vec::new(),
+            special_ac: None,
+            byte_tokens: Vec::new(),
             pieces: Vec::new(),
             eog: BTreeSet::new(),
         };
@@ -595,7 +609,16 @@ impl Tokenizer {
             .filter(|&id| vocab.tokens[id as usize].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
             .collect();
         cache.sort_by(|&a, &b| vocab.tokens[b as usize].text.len().cmp(&vocab.tokens[a as usize].text.len()));
+        vocab.special_ac = if cache.is_empty() {
+            None
+        } else {
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::Standard)
+                .build(cache.iter().map(|&id| &vocab.tokens[id as usize].text))
+                .ok()
+        };
         vocab.cache_special = cache;
+        vocab.byte_tokens = (0..=255u8).map(|b| vocab.byte_to_token_slow(b).ok()).collect();
         vocab.pieces = (0..n as u32).map(|id| vocab.piece_uncached(id)).collect();
 
         // per-token attributes by model name
@@ -767,7 +790,19 @@ impl Tokenizer {
         let v = &self.vocab;
         let mut frags = vec![Frag::Text(0, text.len())];
         let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
-        for &id in &v.cache_special {
+        // which special texts occur anywhere (a token absent from the whole text cannot
+        // match in a fragment of it); the ordered partition below then only visits those
+        let present: Option<Vec<bool>> = v.special_ac.as_ref().map(|ac| {
+            let mut p = vec![false; v.cache_special.len()];
+            for m in ac.find_overlapping_iter(text) {
+                p[m.pattern().as_usize()] = true;
+            }
+            p
+        });
+        for (k, &id) in v.cache_special.iter().enumerate() {
+            if present.as_ref().is_some_and(|p| !p[k]) {
+                continue;
+            }
             let t = &v.tokens[id as usize];
             if !parse_special && t.attr & (ATTR_CONTROL | ATTR_UNKNOWN) != 0 {
                 continue;

@@ -419,14 +419,14 @@ impl CompiledPre {
                 Splitter::KimiK2 => split_kimi_k2(&cpts, &offsets),
                 Splitter::Afmoe => split_afmoe(&cpts, &offsets),
                 Splitter::Newlines => split_newlines(&cpts, &offsets),
-                Splitter::Engine { regex, collapsed: true } => split_engine(regex, &collapsed, &offsets),
+                Splitter::Engine { regex, collapsed: true } => split_engine(regex, &collapsed, &offsets)?,
                 Splitter::Engine { regex, collapsed: false } => {
                     let w = wide.get_or_insert_with(|| {
                         cpts.iter()
                             .map(|&c| if c > 0x7F && unicode::flags(c).is_whitespace() { 0x0B } else { c })
                             .collect()
                     });
-                    split_engine(regex, w, &offsets)
+                    split_engine(regex, w, &offsets)?
                 }
             };
         }
@@ -454,13 +454,13 @@ impl CompiledPre {
     }
 }
 
-fn split_engine(regex: &Regex, text: &[u32], offsets: &[usize]) -> Vec<usize> {
+fn split_engine(regex: &Regex, text: &[u32], offsets: &[usize]) -> Result<Vec<usize>, Error> {
     let mut out = Vec::with_capacity(offsets.len());
     let mut start = 0;
     for &len in offsets {
         let sub = &text[start..start + len];
         let mut idx = 0;
-        for (s, e) in regex.find_iter(sub) {
+        for (s, e) in regex.find_iter(sub)? {
             if s > idx {
                 out.push(s - idx);
             }
@@ -472,7 +472,7 @@ fn split_engine(regex: &Regex, text: &[u32], offsets: &[usize]) -> Vec<usize> {
         }
         start += len;
     }
-    out
+    Ok(out)
 }
 
 const OUT_OF_RANGE: u32 = 0xFFFF_FFFF;

@@ -72,7 +72,27 @@ impl CharSet {
 #[derive(Debug, Clone)]
 pub struct Regex {
     alts: Vec<Vec<Node>>,
+    /// Whether matching may recurse once per input character (a repeated group).
+    deep: bool,
 }
+
+fn has_deep_repeat(alts: &[Vec<Node>]) -> bool {
+    alts.iter().flatten().any(|n| match n {
+        Node::Repeat { node, max, .. } => {
+            !matches!(**node, Node::Set(_)) && (*max > 16 || has_deep_repeat(&[vec![(**node).clone()]]))
+        }
+        Node::Group(a) | Node::Look { alts: a, .. } => has_deep_repeat(a),
+        _ => false,
+    })
+}
+
+/// Stack reserved per level of matcher recursion (measured: ~250 bytes optimized; a
+/// repeated group takes ~7 levels per character).
+const BYTES_PER_LEVEL: usize = if cfg!(debug_assertions) { 2048 } else { 512 };
+/// Levels reserved per input character for patterns that recurse per character.
+const LEVELS_PER_CHAR: usize = 16;
+/// Recursion allowed on the caller's stack (assumed to have at least 1 MiB free).
+const INLINE_LEVELS: usize = 512;
 
 struct Parser<'a> {
     p: &'a [u32],
@@ -289,6 +309,9 @@ impl Parser<'_> {
 
 struct Matcher<'t> {
     text: &'t [u32],
+    depth: std::cell::Cell<usize>,
+    limit: usize,
+    overflow: std::cell::Cell<bool>,
     /// Whether `text[start-1]` may be consulted at the search start (match_prev_avail).
     prev_avail: bool,
     /// Where this search began (for `^` and `\b`).
@@ -305,6 +328,21 @@ impl Matcher<'_> {
     }
 
     fn m(&self, seq: &[Node], pos: usize, k: &mut dyn FnMut(usize) -> bool) -> bool {
+        let d = self.depth.get() + 1;
+        if d > self.limit {
+            self.overflow.set(true);
+            return false;
+        }
+        self.depth.set(d);
+        let r = self.m_inner(seq, pos, k);
+        self.depth.set(d - 1);
+        r
+    }
+
+    fn m_inner(&self, seq: &[Node], pos: usize, k: &mut dyn FnMut(usize) -> bool) -> bool {
+        if self.overflow.get() {
+            return false;
+        }
         let Some((node, rest)) = seq.split_first() else {
             return k(pos);
         };
@@ -386,7 +424,8 @@ impl Regex {
         if p.i != pattern.len() {
             return Err(p.err("unmatched )"));
         }
-        Ok(Regex { alts })
+        let deep = has_deep_repeat(&alts);
+        Ok(Regex { alts, deep })
     }
 
     /// Compiles a pattern given as text.
@@ -396,6 +435,7 @@ impl Regex {
 
     /// The first match in `text[start..]`: leftmost start, ECMAScript priority.
     /// `not_null`/`continuous` are libstdc++'s `match_not_null`/`match_continuous`.
+    #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
         text: &[u32],
@@ -403,8 +443,16 @@ impl Regex {
         prev_avail: bool,
         not_null: bool,
         continuous: bool,
-    ) -> Option<(usize, usize)> {
-        let m = Matcher { text, prev_avail, begin: start };
+        limit: usize,
+    ) -> Result<Option<(usize, usize)>, Error> {
+        let m = Matcher {
+            text,
+            prev_avail,
+            begin: start,
+            depth: std::cell::Cell::new(0),
+            limit,
+            overflow: std::cell::Cell::new(false),
+        };
         let last = if continuous { start } else { text.len() };
         for s in start..=last {
             let mut end = None;
@@ -417,18 +465,44 @@ impl Regex {
                     true
                 })
             });
+            if m.overflow.get() {
+                return Err(Error::Regex {
+                    pattern: String::new(),
+                    message: format!("input of {} characters is too long for this pattern's backtracking", text.len()),
+                });
+            }
             if ok {
-                return end.map(|e| (s, e));
+                return Ok(end.map(|e| (s, e)));
             }
         }
-        None
+        Ok(None)
     }
 
     /// Every match of the pattern in `text`, as `std::regex_iterator` yields them
-    /// (including its handling of empty matches).
-    pub fn find_iter(&self, text: &[u32]) -> Vec<(usize, usize)> {
+    /// (including its handling of empty matches). Patterns whose matching recurses per
+    /// character run on a thread with a stack sized for the input.
+    pub fn find_iter(&self, text: &[u32]) -> Result<Vec<(usize, usize)>, Error> {
+        if !self.deep || text.len() * LEVELS_PER_CHAR <= INLINE_LEVELS {
+            return self.find_iter_with(text, INLINE_LEVELS);
+        }
+        let levels = 64 + LEVELS_PER_CHAR * text.len();
+        let stack = levels.saturating_mul(BYTES_PER_LEVEL).clamp(8 << 20, 4 << 30);
+        std::thread::scope(|sc| {
+            std::thread::Builder::new()
+                .stack_size(stack)
+                .spawn_scoped(sc, || self.find_iter_with(text, stack / BYTES_PER_LEVEL))
+                .map_err(|e| Error::Regex {
+                    pattern: String::new(),
+                    message: format!("spawning the matcher thread: {e}"),
+                })?
+                .join()
+                .map_err(|_| Error::Regex { pattern: String::new(), message: "matcher thread panicked".into() })?
+        })
+    }
+
+    fn find_iter_with(&self, text: &[u32], limit: usize) -> Result<Vec<(usize, usize)>, Error> {
         let mut out = Vec::new();
-        let mut cur = self.search(text, 0, false, false, false);
+        let mut cur = self.search(text, 0, false, false, false, limit)?;
         while let Some((s, e)) = cur {
             out.push((s, e));
             let mut start = e;
@@ -436,15 +510,15 @@ impl Regex {
                 if start == text.len() {
                     break;
                 }
-                if let Some(m) = self.search(text, start, true, true, true) {
+                if let Some(m) = self.search(text, start, true, true, true, limit)? {
                     cur = Some(m);
                     continue;
                 }
                 start += 1;
             }
-            cur = self.search(text, start, true, false, false);
+            cur = self.search(text, start, true, false, false, limit)?;
         }
-        out
+        Ok(out)
     }
 }
 
@@ -459,6 +533,7 @@ mod tests {
         let r = Regex::from_text(p).unwrap();
         let t = cps(t);
         r.find_iter(&t)
+            .unwrap()
             .into_iter()
             .map(|(s, e)| t[s..e].iter().map(|&c| char::from_u32(c).unwrap()).collect())
             .collect()
@@ -478,8 +553,24 @@ mod tests {
     fn empty_matches_advance() {
         // like superbpe's "(?=(\d{3})+(?!\d))": only empty matches
         let r = Regex::from_text(r"(?=(\d{3})+(?!\d))").unwrap();
-        let m = r.find_iter(&cps("1234567"));
+        let m = r.find_iter(&cps("1234567")).unwrap();
         assert_eq!(m, vec![(1, 1), (4, 4)]);
+    }
+
+    #[test]
+    fn long_inputs_to_recursive_patterns_do_not_overflow() {
+        // a repeated group recurses once per character: 50k letters
+        let r = Regex::from_text(r"((?=[a-z])([^A-Z]))+").unwrap();
+        assert!(r.deep);
+        let t = vec!['a' as u32; 50_000];
+        assert_eq!(r.find_iter(&t).unwrap(), vec![(0, 50_000)]);
+        // and a plain class repeat needs no thread at all
+        let r = Regex::from_text(r"[a-z]+").unwrap();
+        assert!(!r.deep);
+        assert_eq!(r.find_iter(&t).unwrap(), vec![(0, 50_000)]);
+        // past the recursion budget: an error, not a crash
+        let r = Regex::from_text(r"((?=[a-z])([^A-Z]))+").unwrap();
+        assert!(r.find_iter_with(&t, 1000).is_err());
     }
 
     #[test]

@@ -58,13 +58,15 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result
         index += 1;
     }
     let mut heap = BinaryHeap::new();
-    let mut rev_merge: FxHashMap<&[u8], (i32, i32)> = FxHashMap::default();
-    fn try_add<'t>(
+    // llama.cpp's `rev_merge` (text → last bigram with that text), kept as a log and
+    // searched from the end only when a final symbol is not a token (rare)
+    let mut rev_merge: Vec<(usize, usize, i32, i32)> = Vec::new();
+    fn try_add(
         vocab: &Vocab,
-        text: &'t [u8],
+        text: &[u8],
         sym: &[Sym],
         heap: &mut BinaryHeap<Bigram>,
-        rev: &mut FxHashMap<&'t [u8], (i32, i32)>,
+        rev: &mut Vec<(usize, usize, i32, i32)>,
         l: i32,
         r: i32,
     ) {
@@ -75,7 +77,7 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result
         let t = &text[ls.start..ls.start + ls.n + rs.n];
         let Some(id) = vocab.text_to_token(t) else { return };
         heap.push(Bigram { left: l, right: r, score: vocab.tokens[id as usize].score, size: t.len() });
-        rev.insert(t, (l, r));
+        rev.push((ls.start, t.len(), l, r));
     }
     for i in 1..sym.len() as i32 {
         try_add(vocab, text, &sym, &mut heap, &mut rev_merge, i - 1, i);
@@ -99,20 +101,23 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result
     if sym.is_empty() {
         return Ok(());
     }
+    let mut rev: Option<FxHashMap<&[u8], (i32, i32)>> = None;
     let mut i = 0i32;
     while i != -1 {
         let s = sym[i as usize];
-        resegment(vocab, text, &sym, &rev_merge, s.start, s.n, out)?;
+        resegment(vocab, text, &sym, &rev_merge, &mut rev, s.start, s.n, out)?;
         i = s.next;
     }
     Ok(())
 }
 
-fn resegment(
+#[allow(clippy::too_many_arguments)]
+fn resegment<'t>(
     vocab: &Vocab,
-    text: &[u8],
+    text: &'t [u8],
     sym: &[Sym],
-    rev: &FxHashMap<&[u8], (i32, i32)>,
+    log: &[(usize, usize, i32, i32)],
+    rev: &mut Option<FxHashMap<&'t [u8], (i32, i32)>>,
     start: usize,
     n: usize,
     out: &mut Vec<u32>,
@@ -122,17 +127,18 @@ fn resegment(
         out.push(id);
         return Ok(());
     }
-    match rev.get(t) {
+    let map = rev.get_or_insert_with(|| log.iter().map(|&(s, n, l, r)| (&text[s..s + n], (l, r))).collect());
+    match map.get(t).copied() {
         None => {
             for &b in t {
                 out.push(vocab.byte_to_token(b)?);
             }
             Ok(())
         }
-        Some(&(l, r)) => {
+        Some((l, r)) => {
             let (ls, rs) = (sym[l as usize], sym[r as usize]);
-            resegment(vocab, text, sym, rev, ls.start, ls.n, out)?;
-            resegment(vocab, text, sym, rev, rs.start, rs.n, out)
+            resegment(vocab, text, sym, log, rev, ls.start, ls.n, out)?;
+            resegment(vocab, text, sym, log, rev, rs.start, rs.n, out)
         }
     }
 }

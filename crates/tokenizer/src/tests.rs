@@ -171,3 +171,167 @@ fn wordpiece_lowercases_and_splits_punctuation() {
     let t = Tokenizer::from_gguf(&md).unwrap();
     assert_eq!(t.encode("Hello, WORLD! xyz", true, false).unwrap(), vec![2, 4, 6, 5, 7, 1, 3]);
 }
+
+/// Every `tokenizer.ggml.pre` name in llama-vocab.cpp at the pinned commit (91).
+/// `cargo xtask verify tokenizer` re-reads the source and also checks regexes and flags.
+const LLAMA_CPP_PRE_NAMES: &[&str] = &[
+    "a.x-4.0",
+    "afmoe",
+    "bailingmoe",
+    "bailingmoe2",
+    "bloom",
+    "chameleon",
+    "chatglm-bpe",
+    "codeshell",
+    "cohere2moe",
+    "command-r",
+    "dbrx",
+    "deepseek-coder",
+    "deepseek-llm",
+    "deepseek-r1-qwen",
+    "deepseek-v3",
+    "default",
+    "exaone",
+    "exaone-moe",
+    "exaone4",
+    "f2llmv2",
+    "falcon",
+    "falcon-h1",
+    "falcon3",
+    "gemma4",
+    "gigachat",
+    "glm4",
+    "glm5",
+    "gpt-2",
+    "gpt-4o",
+    "gpt3-finnish",
+    "granite-docling",
+    "granite-embed-multi-311m",
+    "granite-embed-multi-97m",
+    "grok-2",
+    "hunyuan",
+    "hunyuan-dense",
+    "hy_v4",
+    "jais",
+    "jais-2",
+    "jina-de",
+    "jina-es",
+    "jina-v1-en",
+    "jina-v2-code",
+    "jina-v2-de",
+    "jina-v2-es",
+    "jina-v5-nano",
+    "joyai-llm",
+    "kanana2",
+    "kimi-k2",
+    "kormo",
+    "laguna",
+    "lfm2",
+    "llada-moe",
+    "llama-bpe",
+    "llama-v3",
+    "llama3",
+    "llama4",
+    "megrez",
+    "mellum",
+    "mellum2",
+    "midm-2.0",
+    "minerva-7b",
+    "minicpm5",
+    "minimax-m2",
+    "modern-bert",
+    "mpt",
+    "olmo",
+    "phi-2",
+    "pixtral",
+    "poro-chat",
+    "qwen2",
+    "qwen35",
+    "refact",
+    "roberta-bpe",
+    "sarvam-moe",
+    "seed-coder",
+    "smaug-bpe",
+    "smollm",
+    "solar-open",
+    "spark2_5",
+    "stablelm2",
+    "starcoder",
+    "superbpe",
+    "talkie",
+    "tekken",
+    "tiny_aya",
+    "trillion",
+    "ufakzeka",
+    "viking",
+    "whitespace",
+    "youtu",
+];
+
+#[test]
+fn every_llama_cpp_pre_name_is_registered() {
+    assert_eq!(pretok::known_names(), LLAMA_CPP_PRE_NAMES);
+    // and each builds a working BPE tokenizer over the synthetic vocabulary
+    for name in LLAMA_CPP_PRE_NAMES {
+        let t = Tokenizer::from_gguf(&bpe_md(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ids = t.encode("hello world 123 ünï 漢字\n\n", false, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!ids.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn missing_pre_uses_the_default() {
+    let mut md = bpe_md("gpt-2");
+    md.remove("tokenizer.ggml.pre");
+    let t = Tokenizer::from_gguf(&md).unwrap();
+    assert_eq!(t.pre_name(), None);
+    assert_eq!(t.decode(&t.encode("hello world", false, false).unwrap(), false, false).unwrap(), b"hello world");
+}
+
+/// A tiny deterministic generator for the no-panic sweep.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+#[test]
+fn malformed_metadata_and_inputs_never_panic() {
+    let mut r = Lcg(7);
+    let bases = [bpe_md("qwen2"), bpe_md("llama-bpe"), spm_md()];
+    let mut errors = 0;
+    for i in 0..300 {
+        let mut md = bases[i % bases.len()].clone();
+        match r.next() % 9 {
+            0 => md.set("tokenizer.ggml.tokens", Value::Array(Array::String(vec![]))),
+            1 => md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![3; 2]))),
+            2 => md.set("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.5; 3]))),
+            3 => md.set("tokenizer.ggml.bos_token_id", Value::U32(u32::MAX)),
+            4 => md.set("tokenizer.ggml.merges", Value::Array(Array::I32(vec![1, 2]))),
+            5 => md.set("tokenizer.ggml.add_bos_token", Value::U32(1)),
+            6 => md.set("tokenizer.ggml.tokens", Value::Array(strs(&["a", "a"]))),
+            7 => {
+                md.remove("tokenizer.ggml.bos_token_id");
+                md.set("tokenizer.ggml.add_bos_token", Value::Bool(true));
+                md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![9; 600])));
+            }
+            _ => md.set("tokenizer.ggml.model", Value::U8(3)),
+        }
+        let t = match Tokenizer::from_gguf(&md) {
+            Ok(t) => t,
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                errors += 1;
+                continue;
+            }
+        };
+        let text: Vec<u8> = (0..r.next() % 64).map(|_| (r.next() % 256) as u8).collect();
+        if let Ok(ids) = t.encode_bytes(&text, true, true) {
+            let _ = t.decode(&ids, true, true);
+        }
+        let _ = t.decode(&[r.next() as u32, 0], false, false);
+    }
+    assert!(errors > 0);
+}
