@@ -93,7 +93,10 @@ pub fn run(cache: &Path, opts: &Opts) -> Result<()> {
         for r in src.chunks_exact_mut(n_per_row) {
             fill_row(&mut rng, Dist::Gaussian, r);
         }
-        let im = (t.requires_imatrix || g.requires_imatrix).then(|| random_imatrix(&mut rng, n_per_row));
+        // The IQ types are importance-matrix quantizers in practice (llama-quantize with
+        // --imatrix): time them with one, as ggml requires for iq1_s/iq2_xxs/iq2_xs.
+        let with_im = t.requires_imatrix || g.requires_imatrix || t.name.starts_with("iq");
+        let im = with_im.then(|| random_imatrix(&mut rng, n_per_row));
         let row_bytes = n_per_row / t.block_size * t.type_size;
         let mut enc = vec![0u8; rows * row_bytes];
 

@@ -3,8 +3,10 @@
 
 pub mod gguf;
 pub mod gguf_api;
+pub mod iq_tables;
 pub mod logits;
 pub mod quants;
+pub mod requant;
 pub mod tokenizer;
 
 use std::fmt::Write as _;
