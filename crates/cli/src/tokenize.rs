@@ -167,3 +167,97 @@ mod tests {
         assert!(v(&["1", "x"]).unwrap_err().to_string().contains("x"));
     }
 }
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+    use gguf_format::{Array, GgufWriter, Value};
+
+    /// A small byte-level BPE vocabulary written to a temporary GGUF.
+    fn vocab_file(dir: &std::path::Path) -> PathBuf {
+        let mut toks: Vec<Vec<u8>> = (0u32..256)
+            .map(|b| {
+                let c = match b {
+                    0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF => b,
+                    _ => 256 + (0..b).filter(|&x| !matches!(x, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF)).count() as u32,
+                };
+                char::from_u32(c).unwrap().to_string().into_bytes()
+            })
+            .collect();
+        toks.push(b"he".to_vec());
+        toks.push(b"hel".to_vec());
+        toks.push(b"<|im_start|>".to_vec());
+        toks.push(b"<s>".to_vec());
+        let mut types = vec![1i32; toks.len()];
+        types[258] = 3;
+        types[259] = 3;
+        let mut w = GgufWriter::new();
+        w.add_kv("general.architecture", "llama");
+        w.add_kv("tokenizer.ggml.model", "gpt2");
+        w.add_kv("tokenizer.ggml.pre", "gpt-2");
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(toks)));
+        w.add_kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        w.add_kv("tokenizer.ggml.merges", Value::Array(Array::String(vec![b"h e".to_vec(), b"he l".to_vec()])));
+        w.add_kv("tokenizer.ggml.bos_token_id", 259u32);
+        w.add_kv("tokenizer.ggml.add_bos_token", true);
+        w.add_kv(
+            "tokenizer.chat_template",
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        );
+        let p = dir.join("v.gguf");
+        w.write_to_path(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn tokenize_detokenize_chat_template_outputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = vocab_file(dir.path());
+        let run = |a: &TokenizeArgs| {
+            let mut out = Vec::new();
+            tokenize(a, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let mut a = TokenizeArgs {
+            model: model.clone(),
+            prompt: Some("hello".into()),
+            file: None,
+            ids: true,
+            no_bos: false,
+            parse_special: false,
+            show_count: false,
+        };
+        assert_eq!(run(&a), "[259, 257, 108, 111]\n");
+        a.no_bos = true;
+        assert_eq!(run(&a), "[257, 108, 111]\n");
+        a.ids = false;
+        assert_eq!(run(&a), "   257 -> 'hel'\n   108 -> 'l'\n   111 -> 'o'\n");
+        a.ids = true;
+        a.prompt = Some("<|im_start|>".into());
+        a.parse_special = true;
+        assert_eq!(run(&a), "[258]\n");
+
+        let mut out = Vec::new();
+        detokenize(
+            &DetokenizeArgs { model: model.clone(), ids: vec!["[257, 108, 111]".into()], special: false },
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, b"hello\n");
+        let e =
+            detokenize(&DetokenizeArgs { model: model.clone(), ids: vec!["99999".into()], special: false }, &mut out)
+                .unwrap_err();
+        assert!(format!("{e:#}").contains("out of range"), "{e:#}");
+
+        let mut out = Vec::new();
+        let c = ChatTemplateArgs {
+            model,
+            messages: r#"[{"role": "user", "content": "hi"}]"#.into(),
+            tools: None,
+            add_generation_prompt: true,
+            template: None,
+        };
+        chat_template(&c, &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "<|im_start|>user\nhi\n<|im_start|>assistant\n");
+    }
+}

@@ -335,3 +335,23 @@ fn malformed_metadata_and_inputs_never_panic() {
     }
     assert!(errors > 0);
 }
+
+#[test]
+fn stream_decoder_holds_byte_level_pieces() {
+    // in the synthetic BPE vocab every byte of "😀" is its own token
+    let t = Tokenizer::from_gguf(&bpe_md("gpt-2")).unwrap();
+    let ids = t.encode("a😀b€", false, false).unwrap();
+    assert!(ids.len() >= 9, "{ids:?}");
+    let mut d = t.stream_decoder(false);
+    let mut parts = Vec::new();
+    for &id in &ids {
+        parts.push(d.push(id).unwrap());
+    }
+    parts.push(d.finish());
+    assert!(parts.iter().all(|p| !p.contains('\u{FFFD}')), "{parts:?}");
+    assert_eq!(parts.concat(), "a😀b€");
+    // a sequence cut off at the end is flushed as U+FFFD by finish()
+    let mut d = t.stream_decoder(false);
+    assert_eq!(d.push(ids[1]).unwrap(), "");
+    assert_eq!(d.finish(), "\u{FFFD}");
+}

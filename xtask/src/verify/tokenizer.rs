@@ -81,12 +81,121 @@ fn source_pre_names(src: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// C++ string literal body → bytes (the escapes llama-vocab.cpp uses).
+fn cpp_unescape(lit: &str) -> String {
+    let mut out = String::new();
+    let mut it = lit.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some(o) => out.push(o),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// String literals of a line (`"..."`, with escapes).
+fn literals(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            out.push(cpp_unescape(&line[i + 1..j.min(b.len())]));
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// llama-vocab.cpp's `llm_tokenizer_bpe` switch: kind → (regexes, byte_encode).
+fn source_regexes(s: &str) -> Result<std::collections::BTreeMap<String, (Vec<String>, bool)>> {
+    let a = s.find("struct llm_tokenizer_bpe : llm_tokenizer").context("llm_tokenizer_bpe")?;
+    let b = a + s[a..].find("struct llm_tokenizer_bpe_session").context("bpe session")?;
+    let mut map = std::collections::BTreeMap::new();
+    let mut pending: Vec<String> = Vec::new();
+    let mut in_list = false;
+    let mut list: Vec<String> = Vec::new();
+    for line in s[a..b].lines() {
+        let t = line.trim();
+        if let Some(k) = t.strip_prefix("case LLAMA_VOCAB_PRE_TYPE_").and_then(|r| r.strip_suffix(':')) {
+            pending.push(k.to_string());
+        } else if t == "default:" {
+            pending.push("DEFAULT".into());
+        } else if t.starts_with("regex_exprs = {") {
+            in_list = true;
+            list.clear();
+        } else if in_list && t.starts_with("};") {
+            in_list = false;
+            for k in &pending {
+                map.insert(k.clone(), (list.clone(), true));
+            }
+        } else if in_list {
+            if !t.starts_with("//") {
+                list.extend(literals(t));
+            }
+        } else if t.starts_with("byte_encode = false") {
+            for k in &pending {
+                if let Some(e) = map.get_mut(k) {
+                    e.1 = false;
+                }
+            }
+        } else if t == "break;" {
+            pending.clear();
+        }
+    }
+    Ok(map)
+}
+
+/// One branch of the `tokenizer_pre == "..."` chain: names, kind, flag statements.
+type Branch = (Vec<String>, String, Vec<String>);
+
+/// The `tokenizer_pre == "..."` chain.
+fn source_branches(s: &str) -> Result<Vec<Branch>> {
+    let a = s.find("} else if (tokenizer_pre == \"default\")").context("pre chain")?;
+    let b = a + s[a..].find("} else if (type == LLAMA_VOCAB_TYPE_SPM)").context("pre chain end")?;
+    let mut out = Vec::new();
+    for branch in s[a..b].split("} else ").skip(1) {
+        let Some(cond_end) = branch.find(") {") else { continue };
+        let names: Vec<String> = branch[..cond_end]
+            .split("tokenizer_pre == \"")
+            .skip(1)
+            .filter_map(|p| p.find('"').map(|e| p[..e].to_string()))
+            .collect();
+        let mut kind = String::new();
+        let mut flags = Vec::new();
+        for st in branch[cond_end + 3..].lines().map(str::trim).filter(|l| l.ends_with(';')) {
+            if let Some(k) = st.strip_prefix("pre_type = LLAMA_VOCAB_PRE_TYPE_") {
+                kind = k.trim_end_matches(';').to_string();
+            } else if !st.starts_with("throw") {
+                flags.push(st.to_string());
+            }
+        }
+        if !names.is_empty() {
+            out.push((names, kind, flags));
+        }
+    }
+    Ok(out)
+}
+
 fn registry(src: &Path, report: &mut Report) {
     match source_pre_names(src) {
         Err(e) => report.push(Check::error(GROUP_REG, "names", e)),
         Ok(names) => {
             let ours = tokenizer::pretok::known_names();
-            // "kimi-k2" etc. appear in extra comparisons; every one must be ours
             let missing: Vec<&String> = names.iter().filter(|n| !ours.contains(&n.as_str())).collect();
             let extra: Vec<&&str> = ours.iter().filter(|n| !names.iter().any(|m| m == *n)).collect();
             let mut note = format!("{} names in llama-vocab.cpp, {} registered", names.len(), ours.len());
@@ -105,6 +214,86 @@ fn registry(src: &Path, report: &mut Report) {
                 note,
             ));
         }
+    }
+    // regex lists, byte encoding and flags of every name, against the source
+    let r = (|| -> Result<Check> {
+        let s = std::fs::read_to_string(src.join("src/llama-vocab.cpp"))?;
+        let regexes = source_regexes(&s)?;
+        let branches = source_branches(&s)?;
+        let (mut n, mut bad, mut note) = (0u64, 0u64, String::new());
+        let fail = |what: String, note: &mut String, bad: &mut u64| {
+            *bad += 1;
+            if note.is_empty() {
+                *note = what;
+            }
+        };
+        for (names, kind, flags) in &branches {
+            for name in names {
+                n += 1;
+                let Ok(p) = tokenizer::pretok::lookup(name) else {
+                    fail(format!("{name}: not registered"), &mut note, &mut bad);
+                    continue;
+                };
+                if p.kind != kind {
+                    fail(format!("{name}: kind {} vs source {kind}", p.kind), &mut note, &mut bad);
+                    continue;
+                }
+                let Some((re, byte_encode)) = regexes.get(kind) else {
+                    fail(format!("{name}: no regex list for {kind} in source"), &mut note, &mut bad);
+                    continue;
+                };
+                let ours: Vec<String> = p.regexes.iter().map(|r| r.to_string()).collect();
+                if &ours != re || p.byte_encode != *byte_encode {
+                    fail(format!("{name}: regexes differ: ours {ours:?} source {re:?}"), &mut note, &mut bad);
+                    continue;
+                }
+                let f = p.flags;
+                let expect = |st: &str| flags.iter().any(|x| x == st);
+                let want = (
+                    !expect("clean_spaces = false;"),
+                    expect("ignore_merges = true;"),
+                    expect("add_bos = true;"),
+                    expect("add_sep = true;"),
+                    expect("escape_whitespaces = true;"),
+                    expect("special_bos_id = LLAMA_TOKEN_NULL;"),
+                    expect("normalizer_opts.lowercase = false;"),
+                );
+                let have = (
+                    f.clean_spaces,
+                    f.ignore_merges,
+                    f.add_bos,
+                    f.add_sep,
+                    f.escape_whitespaces,
+                    f.no_bos,
+                    f.no_lowercase,
+                );
+                let known = [
+                    "clean_spaces = false;",
+                    "ignore_merges = true;",
+                    "add_bos = true;",
+                    "add_sep = true;",
+                    "escape_whitespaces = true;",
+                    "special_bos_id = LLAMA_TOKEN_NULL;",
+                    "normalizer_opts.lowercase = false;",
+                ];
+                let unknown: Vec<&String> = flags.iter().filter(|x| !known.contains(&x.as_str())).collect();
+                if want != have || !unknown.is_empty() {
+                    fail(format!("{name}: flags ours {have:?} source {flags:?}"), &mut note, &mut bad);
+                }
+            }
+        }
+        // the default (missing pre) entry
+        n += 1;
+        let d = tokenizer::pretok::lookup("default")?;
+        if regexes.get("DEFAULT").map(|(r, _)| r.clone()) != Some(d.regexes.iter().map(|r| r.to_string()).collect()) {
+            fail("default: regexes differ".into(), &mut note, &mut bad);
+        }
+        let note = if note.is_empty() { format!("{} names in {} branches", n, branches.len()) } else { note };
+        Ok(Check::counted(GROUP_REG, "regex lists, byte encoding and flags per name", n, bad, None, note))
+    })();
+    match r {
+        Ok(c) => report.push(c),
+        Err(e) => report.push(Check::error(GROUP_REG, "regex lists", e)),
     }
 }
 
