@@ -236,6 +236,18 @@ fn type_error(t: &TensorRef, e: Error) -> Error {
     Error::TensorType { name: t.name.clone(), type_name: t.type_name(), why: e.to_string() }
 }
 
+/// `GGUF_DUMP_DIR=DIR`: write intermediate tensors as raw f32 under llama.cpp's `cb_eval`
+/// names (`attn_norm-0`, `kqv_out-0`, `l_out-0`, `result_output`, ...), to compare a forward
+/// pass with `cargo xtask llama-dump` node by node. A debugging aid; off by default.
+fn dump(name: &str, data: &[f32]) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get_or_init(|| std::env::var_os("GGUF_DUMP_DIR").map(Into::into)) {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(dir.join(format!("{name}.f32")), bytes);
+    }
+}
+
 /// Per-thread attention scratch.
 #[derive(Default)]
 struct Scratch {
@@ -452,6 +464,7 @@ impl Transformer {
         if let Some(s) = self.spec.embed_scale {
             ops::scale_inplace(&mut x, s);
         }
+        dump("embd", &x);
         let (nh, nkv, hk, hv) = (hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v);
         let group = nh / nkv;
         let scale = self.spec.attn_scale.unwrap_or(1.0 / (hk as f32).sqrt());
@@ -460,12 +473,16 @@ impl Transformer {
         let mut rc = Vec::new();
         for (il, layer) in self.layers.iter().enumerate() {
             rms_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h);
+            dump(&format!("attn_norm-{il}"), &h);
             self.mm(&st.pool, &layer.wq, &h, n, &mut q)?;
             self.mm(&st.pool, &layer.wk, &h, n, &mut k)?;
             self.mm(&st.pool, &layer.wv, &h, n, &mut v)?;
             add_bias(&mut q, &layer.bq);
             add_bias(&mut k, &layer.bk);
             add_bias(&mut v, &layer.bv);
+            dump(&format!("Qcur-{il}"), &q);
+            dump(&format!("Kcur-{il}"), &k);
+            dump(&format!("Vcur-{il}"), &v);
             if let Some(w) = &layer.q_norm {
                 rms_rows_inplace(&mut q, w, hp.rms_eps, &mut tmp);
             }
@@ -521,13 +538,16 @@ impl Transformer {
                     })
                 });
             }
+            dump(&format!("kqv_out-{il}"), &o);
             self.mm(&st.pool, &layer.wo, &o, n, &mut a)?;
             add_bias(&mut a, &layer.bo);
             if let Some(w) = &layer.post_attn_norm {
                 rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
             }
             ops::add_inplace(&mut x, &a);
+            dump(&format!("ffn_inp-{il}"), &x);
             rms_rows(&x, &layer.ffn_norm, hp.rms_eps, &mut h);
+            dump(&format!("ffn_norm-{il}"), &h);
             match &layer.ffn {
                 Ffn::Dense { gate, up, down, b_gate, b_up, b_down } => {
                     self.mm(&st.pool, gate, &h, n, &mut q)?;
@@ -542,10 +562,12 @@ impl Transformer {
                     self.moe(st, &h, n, router, gate, up, down, &mut a)?;
                 }
             }
+            dump(&format!("ffn_out-{il}"), &a);
             if let Some(w) = &layer.post_ffn_norm {
                 rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
             }
             ops::add_inplace(&mut x, &a);
+            dump(&format!("l_out-{il}"), &x);
         }
         st.n_past += n;
         let rows: Vec<usize> = match logits {
@@ -558,8 +580,10 @@ impl Transformer {
             sel.extend_from_slice(&x[r * e..(r + 1) * e]);
         }
         rms_rows_inplace(&mut sel, &self.output_norm, hp.rms_eps, &mut tmp);
+        dump("result_norm", &sel);
         let mut out = Vec::new();
         self.mm(&st.pool, &self.output, &sel, rows.len(), &mut out)?;
+        dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
             for l in out.iter_mut() {
                 *l = (*l / c).tanh() * c;
