@@ -318,6 +318,7 @@ fn attend_f16(
     sc: &mut Scratch,
     out: &mut [f32],
 ) {
+    let layout = ops::native_dot_layout();
     sc.q16.clear();
     sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
     sc.acc16.resize(hv, f16::ZERO);
@@ -337,7 +338,7 @@ fn attend_f16(
             let (Some(kr), Some(vr)) = (kc.f16_slice(j, kvh * hk, hk), vc.f16_slice(j, kvh * hv, hv)) else {
                 return;
             };
-            let x = ops::dot_f16_f16(kr, &sc.q16) * scale;
+            let x = ops::dot_f16_ggml(kr, &sc.q16, layout) * scale;
             let (mut ms, mut vs) = (1.0f32, 1.0f32);
             if x > m {
                 let old = m;

@@ -71,6 +71,27 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
     sc::scale_f16(y, a)
 }
 
+pub use crate::scalar::ops::DotLayout;
+
+/// The [`DotLayout`] a native llama.cpp build on this CPU uses.
+pub fn native_dot_layout() -> DotLayout {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        return DotLayout::Avx512;
+    }
+    DotLayout::Avx2
+}
+
+/// `Σ a[i]·b[i]` of two f16 rows, bit-identical to ggml-cpu's `ggml_vec_dot_f16` for
+/// `layout` (flash attention's K·q): same lanes, fused multiply-adds, same reduction.
+pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::dot_f16_ggml(a, b, layout);
+    }
+    sc::dot_f16_ggml(a, b, layout)
+}
+
 /// `y[i] += a·x[i]`.
 pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     let n = y.len().min(x.len());

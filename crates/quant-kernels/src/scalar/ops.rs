@@ -107,3 +107,67 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
         *y = f16::from_f32(y.to_f32() * a);
     }
 }
+
+/// Lane layout of ggml-cpu's f16 dot product, which a native llama.cpp build picks from
+/// the CPU: 4 accumulators of 16 lanes (AVX-512) or of 8 lanes (AVX/AVX2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DotLayout {
+    /// `GGML_F16_STEP 64`, `EPR 16`, `_mm512_reduce_add_ps`.
+    Avx512,
+    /// `GGML_F16_STEP 32`, `EPR 8`, two `hadd`s.
+    Avx2,
+}
+
+impl DotLayout {
+    /// Elements per step (4 accumulators).
+    pub fn step(self) -> usize {
+        match self {
+            DotLayout::Avx512 => 64,
+            DotLayout::Avx2 => 32,
+        }
+    }
+
+    /// Reduces the `step()` lane sums (accumulator-major) as ggml's `GGML_F32x16_REDUCE`
+    /// / `GGML_F32x8_REDUCE` do.
+    pub fn reduce(self, acc: &[f32]) -> f32 {
+        let epr = self.step() / 4;
+        // x0 += x2, x1 += x3, x0 += x1
+        let mut v = [0f32; 16];
+        for i in 0..epr {
+            v[i] = (acc[i] + acc[2 * epr + i]) + (acc[epr + i] + acc[3 * epr + i]);
+        }
+        match self {
+            DotLayout::Avx512 => {
+                let mut t3 = [0f32; 8];
+                for i in 0..8 {
+                    t3[i] = v[8 + i] + v[i];
+                }
+                let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
+                (t6[0] + t6[2]) + (t6[1] + t6[3])
+            }
+            DotLayout::Avx2 => {
+                let t0 = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+                (t0[0] + t0[1]) + (t0[2] + t0[3])
+            }
+        }
+    }
+}
+
+/// `Σ a·b` of two f16 rows in exactly the order of ggml-cpu's `ggml_vec_dot_f16` for
+/// `layout`: fused multiply-adds per lane, ggml's reduction, leftovers added in f64.
+pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
+    let n = a.len().min(b.len());
+    let step = layout.step();
+    let np = n - n % step;
+    let mut acc = [0f32; 64];
+    for i in (0..np).step_by(step) {
+        for l in 0..step {
+            acc[l] = a[i + l].to_f32().mul_add(b[i + l].to_f32(), acc[l]);
+        }
+    }
+    let mut sum = layout.reduce(&acc[..step]) as f64;
+    for i in np..n {
+        sum += (a[i].to_f32() * b[i].to_f32()) as f64;
+    }
+    sum as f32
+}

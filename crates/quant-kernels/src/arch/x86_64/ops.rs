@@ -246,3 +246,61 @@ mod f16_acc_tests {
         }
     }
 }
+
+/// [`crate::scalar::ops::dot_f16_ggml`] with the lane sums computed by AVX2 FMAs (lanes
+/// are independent, so the result is bit-identical to the scalar twin).
+pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: sc::DotLayout) -> f32 {
+    let n = a.len().min(b.len());
+    if !has_avx2() {
+        return sc::dot_f16_ggml(&a[..n], &b[..n], layout);
+    }
+    let step = layout.step();
+    let np = n - n % step;
+    let mut acc = [0f32; 64];
+    // SAFETY: features checked; loads stay below `np <= n`, stores within `acc`.
+    unsafe { dot_f16_lanes_imp(a.as_ptr(), b.as_ptr(), np, step, acc.as_mut_ptr()) };
+    let mut sum = layout.reduce(&acc[..step]) as f64;
+    for i in np..n {
+        sum += (a[i].to_f32() * b[i].to_f32()) as f64;
+    }
+    sum as f32
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_lanes_imp(a: *const f16, b: *const f16, np: usize, step: usize, acc: *mut f32) {
+    let mut v = [_mm256_setzero_ps(); 8];
+    let nv = step / 8;
+    let mut i = 0;
+    while i < np {
+        for (j, vj) in v.iter_mut().enumerate().take(nv) {
+            *vj = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * j)), load_f16x8(b.add(i + 8 * j)), *vj);
+        }
+        i += step;
+    }
+    for (j, vj) in v.iter().enumerate().take(nv) {
+        _mm256_storeu_ps(acc.add(8 * j), *vj);
+    }
+}
+
+#[cfg(test)]
+mod dot_ggml_tests {
+    use super::*;
+
+    #[test]
+    fn dot_f16_ggml_matches_its_scalar_twin() {
+        let mut s = 777u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 8.0 - 4.0
+        };
+        for layout in [sc::DotLayout::Avx512, sc::DotLayout::Avx2] {
+            for n in [1, 31, 32, 64, 80, 128, 200, 256] {
+                let a: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
+                let b: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
+                let x = dot_f16_ggml(&a, &b, layout);
+                let y = sc::dot_f16_ggml(&a, &b, layout);
+                assert_eq!(x.to_bits(), y.to_bits(), "{layout:?} n={n}");
+            }
+        }
+    }
+}
