@@ -120,6 +120,9 @@ mod x86 {
         ActQuantizer { type_id: <Q8_0 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_0 }
     }
     inventory::submit! {
+        ActQuantizer { type_id: <Q8K as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_k }
+    }
+    inventory::submit! {
         ActQuantizer { type_id: <Q8_1 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_1 }
     }
 }

@@ -172,6 +172,25 @@ fn activation_quantizers_match_scalar_twins() {
         let t = ggml_quants::lookup_name(name).unwrap();
         let qs = act_quantizers_of(t.id);
         let scalar = qs.iter().find(|a| a.backend == "scalar").unwrap();
+        // Crafted rows: all zero, ±max ties (first one wins), values on rounding ties,
+        // tiny numbers, one block zero and one not.
+        let mut crafted: Vec<Vec<f32>> = vec![vec![0.0; 256]];
+        let mut tie = vec![0.5f32; 256];
+        tie[3] = -2.0;
+        tie[7] = 2.0;
+        crafted.push(tie);
+        crafted.push((0..256).map(|i| (i as f32 - 128.0) / 127.0 * 2.5).collect());
+        crafted.push((0..512).map(|i| if i < 256 { 0.0 } else { 1e-30 * i as f32 }).collect());
+        for x in crafted {
+            let cols = x.len();
+            let mut want = vec![0u8; t.row_size(cols).unwrap()];
+            (scalar.quantize)(&x, &mut want);
+            for q in qs.iter().filter(|a| (a.available)()) {
+                let mut got = vec![0xAAu8; want.len()];
+                (q.quantize)(&x, &mut got);
+                assert_eq!(got, want, "{name} {} crafted", q.backend);
+            }
+        }
         for cols in [256usize, 512, 4096] {
             for scale in [1e-3f32, 1.0, 300.0] {
                 let x = data(&mut rng, cols, scale);

@@ -672,3 +672,80 @@ unsafe fn quantize_q8_imp<const Q8_1: bool>(nb: usize, x: *const f32, y: *mut u8
         _mm256_storeu_si256(y.add(qs_off) as *mut __m256i, i0);
     }
 }
+
+/// `quantize_row_q8_K` (ggml-cpu uses the reference on every target): bit-identical to
+/// [`crate::scalar::act::quantize_q8_k`] — the same `-127/max` scale, `nearest_int`
+/// through the `1.5·2²³` trick (a separate multiply and add, never fused), `MIN(127, ·)`,
+/// and the first element of largest magnitude as `max`.
+pub fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    let nb = src.len() / 256;
+    assert!(dst.len() >= nb * Q8_K_BYTES, "quantize_q8_k: destination too short");
+    if !has_avx2() {
+        return sact::quantize_q8_k(src, dst);
+    }
+    for (x, y) in src.chunks_exact(256).zip(dst.chunks_exact_mut(Q8_K_BYTES)) {
+        // SAFETY: features checked; `x` is 256 floats and `y` 292 bytes.
+        unsafe { quantize_q8_k_block(x.as_ptr(), y.as_mut_ptr()) }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_k_block(x: *const f32, y: *mut u8) {
+    let sign = _mm256_set1_ps(-0.0);
+    let mut vmax = _mm256_setzero_ps();
+    for k in 0..32 {
+        vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x.add(8 * k))));
+    }
+    let m4 = _mm_max_ps(_mm256_extractf128_ps::<1>(vmax), _mm256_castps256_ps128(vmax));
+    let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    let amax = _mm_cvtss_f32(m4);
+    if amax == 0.0 || amax.is_nan() {
+        // Fall back to the reference for the degenerate cases (all zero, NaN).
+        let xs = core::slice::from_raw_parts(x, 256);
+        let ys = core::slice::from_raw_parts_mut(y, Q8_K_BYTES);
+        return sact::quantize_q8_k(xs, ys);
+    }
+    // The first element whose magnitude is amax.
+    let va = _mm256_set1_ps(amax);
+    let mut max = 0f32;
+    for k in 0..32 {
+        let v = _mm256_loadu_ps(x.add(8 * k));
+        let eq = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(_mm256_andnot_ps(sign, v), va));
+        if eq != 0 {
+            max = *x.add(8 * k + eq.trailing_zeros() as usize);
+            break;
+        }
+    }
+    let iscale = -127.0 / max;
+    let vs = _mm256_set1_ps(iscale);
+    let magic = _mm256_set1_ps(12582912.0);
+    let mant = _mm256_set1_epi32(0x007f_ffff);
+    let bias = _mm256_set1_epi32(0x0040_0000);
+    let cap = _mm256_set1_epi32(127);
+    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for g in 0..8 {
+        let mut q = [_mm256_setzero_si256(); 4];
+        for (k, q) in q.iter_mut().enumerate() {
+            let v = _mm256_add_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(x.add(32 * g + 8 * k))), magic);
+            let i = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias);
+            *q = _mm256_min_epi32(i, cap);
+        }
+        // bsums of the two 16-groups in these 32 values.
+        for h in 0..2 {
+            let s = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+            let s128 = _mm_add_epi32(_mm256_extracti128_si256::<1>(s), _mm256_castsi256_si128(s));
+            let s64 = _mm_add_epi32(s128, _mm_unpackhi_epi64(s128, s128));
+            let s32 = _mm_add_epi32(s64, _mm_shuffle_epi32::<0b01>(s64));
+            let sum = (_mm_cvtsi128_si32(s32) as i16).to_le_bytes();
+            *y.add(260 + 2 * (2 * g + h)) = sum[0];
+            *y.add(260 + 2 * (2 * g + h) + 1) = sum[1];
+        }
+        let p01 = _mm256_packs_epi32(q[0], q[1]);
+        let p23 = _mm256_packs_epi32(q[2], q[3]);
+        let p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+        _mm256_storeu_si256(y.add(4 + 32 * g) as *mut __m256i, p);
+    }
+    let d = (1.0 / iscale).to_le_bytes();
+    core::ptr::copy_nonoverlapping(d.as_ptr(), y, 4);
+}
