@@ -683,7 +683,7 @@ pub fn run(cache: &Path, opts: &TokOpts, report: &mut Report) -> Result<()> {
     llama_cpp::require_built(cache)?;
     let bin = llama_cpp::build_dir(cache).join("bin");
     let lib = LlamaLib::load(&bin, &src).context("loading libllama")?;
-    if let Err(e) = chat_check(&lib, report) {
+    if let Err(e) = chat_check(cache, &lib, report) {
         report.push(Check::error(GROUP_CHAT, "chat templates", e));
     }
     let target = if opts.quick { 256 * 1024 } else { 1 << 20 };
@@ -782,10 +782,97 @@ sys.stdout.write(env.from_string(a["src"]).render(**ctx))
     Ok(Some(String::from_utf8(o.stdout)?))
 }
 
+/// A small C++ program that renders a conversation with llama.cpp's own chat code
+/// (`common_chat_templates_apply` in libllama-common: its Jinja engine, its message
+/// normalization) — what llama-server sends to the model.
+const CHAT_ORACLE_CPP: &str = r####"// Renders a conversation with llama.cpp's own chat code (common/chat.cpp, its Jinja engine):
+// stdin = {"template","bos","eos","add_bos","add_eos","messages","tools","add_generation_prompt"}.
+#include "chat.h"
+#include "json.h"
+#include <iostream>
+#include <iterator>
+int main() {
+    std::string in((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    const common_json j = common_json::parse(in);
+    try {
+        auto tmpls = common_chat_templates_init(nullptr, j["template"].get<std::string>(), j["bos"].get<std::string>(), j["eos"].get<std::string>());
+        common_chat_templates_inputs inputs;
+        inputs.messages = common_chat_msgs_parse_oaicompat(j["messages"]);
+        if (!j["tools"].is_null()) inputs.tools = common_chat_tools_parse_oaicompat(j["tools"]);
+        inputs.add_generation_prompt = j["add_generation_prompt"].get<bool>();
+        inputs.use_jinja = true;
+        inputs.add_bos = j["add_bos"].get<bool>();
+        inputs.add_eos = j["add_eos"].get<bool>();
+        auto p = common_chat_templates_apply(tmpls.get(), inputs);
+        std::cout << p.prompt;
+    } catch (const std::exception & e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 1;
+    }
+    return 0;
+}
+"####;
+
+/// Builds the chat oracle next to the other scratch files; `None` if no C++ compiler or
+/// libllama-common.
+fn chat_oracle(cache: &Path) -> Result<Option<PathBuf>> {
+    let src = llama_cpp::src_dir(cache);
+    let bin = llama_cpp::build_dir(cache).join("bin");
+    if !bin.join("libllama-common.so").exists() {
+        return Ok(None);
+    }
+    let dir = super::gguf::scratch()?;
+    let exe = dir.join("chat_oracle");
+    let cpp = dir.join("chat_oracle.cpp");
+    if exe.exists() && std::fs::read_to_string(&cpp).ok().as_deref() == Some(CHAT_ORACLE_CPP) {
+        return Ok(Some(exe));
+    }
+    std::fs::write(&cpp, CHAT_ORACLE_CPP)?;
+    let inc = |d: &str| format!("-I{}", src.join(d).display());
+    let st = std::process::Command::new("c++")
+        .args(["-std=c++17", "-O1", &inc("common"), &inc("vendor"), &inc("include"), &inc("ggml/include")])
+        .arg(&cpp)
+        .arg(format!("-L{}", bin.display()))
+        .args(["-lllama-common", "-lllama", "-lggml", "-lggml-base"])
+        .arg(format!("-Wl,-rpath,{}", bin.display()))
+        .arg("-o")
+        .arg(&exe)
+        .status();
+    match st {
+        Ok(s) if s.success() => Ok(Some(exe)),
+        _ => Ok(None),
+    }
+}
+
+fn oracle_render(
+    exe: &Path,
+    src: &str,
+    msgs: &serde_json::Value,
+    add_gen: bool,
+    tools: Option<&serde_json::Value>,
+    bos: &str,
+    eos: &str,
+) -> Result<String> {
+    let input = serde_json::json!({"template": src, "bos": bos, "eos": eos, "add_bos": false, "add_eos": false,
+        "messages": msgs, "tools": tools, "add_generation_prompt": add_gen});
+    let mut child = std::process::Command::new(exe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running the chat oracle")?;
+    use std::io::Write as _;
+    child.stdin.take().context("stdin")?.write_all(input.to_string().as_bytes())?;
+    let o = child.wait_with_output()?;
+    anyhow::ensure!(o.status.success(), "chat oracle: {}", String::from_utf8_lossy(&o.stderr));
+    Ok(String::from_utf8(o.stdout)?)
+}
+
 /// Chat templates: the SmolLM2 and Qwen2.5-Coder templates (and every built-in one)
 /// vs `llama_chat_apply_template` where it applies (plain turns, system first), and the
 /// two model templates vs Python jinja2 on every conversation (tool calls included).
-pub fn chat_check(lib: &LlamaLib, report: &mut Report) -> Result<()> {
+pub fn chat_check(cache: &Path, lib: &LlamaLib, report: &mut Report) -> Result<()> {
+    let oracle = chat_oracle(cache)?;
     use tokenizer::chat::{ChatTemplate, Message};
     let convs = conversations();
     let to_msgs = |c: &serde_json::Value| -> Result<Vec<Message>> {
@@ -837,6 +924,37 @@ pub fn chat_check(lib: &LlamaLib, report: &mut Report) -> Result<()> {
             None,
             note,
         ));
+        // vs llama.cpp's own Jinja rendering (common/chat), every conversation
+        match &oracle {
+            None => report.push(Check::skip(
+                GROUP_CHAT,
+                &format!("{}: vs llama.cpp common/chat", m.name),
+                "no C++ compiler or libllama-common",
+            )),
+            Some(exe) => {
+                let (mut n, mut bad, mut note) = (0u64, 0u64, String::new());
+                for (c, add) in &convs {
+                    let tl = if has_tools(c) { Some(&tools) } else { None };
+                    let ours = t.render(&to_msgs(c)?, *add, tl)?;
+                    let theirs = oracle_render(exe, t.source(), c, *add, tl, &bos, &eos)?;
+                    n += 1;
+                    if ours != theirs {
+                        bad += 1;
+                        if note.is_empty() {
+                            note = format!("ours {ours:?} llama.cpp {theirs:?}");
+                        }
+                    }
+                }
+                report.push(Check::counted(
+                    GROUP_CHAT,
+                    &format!("{}: vs llama.cpp common/chat Jinja (tools included)", m.name),
+                    n,
+                    bad,
+                    None,
+                    note,
+                ));
+            }
+        }
         // vs jinja2, every conversation, with tools for the tool ones
         let (mut n, mut bad, mut note, mut missing) = (0u64, 0u64, String::new(), false);
         for (c, add) in &convs {
