@@ -259,19 +259,22 @@ struct Scratch {
     acc: Vec<f32>,
 }
 
-/// Softmax attention of one query head in f32 (two passes: exact max, then weights).
-#[allow(clippy::too_many_arguments)]
-fn attend_f32(
-    kc: &CacheMatrix,
-    vc: &CacheMatrix,
+/// One query head's view of a layer's cache: which KV head, widths, the score scale, and
+/// the positions `lo..=pos` it attends to.
+struct HeadView<'a> {
+    kc: &'a CacheMatrix,
+    vc: &'a CacheMatrix,
     kvh: usize,
-    (hk, hv): (usize, usize),
-    q: &[f32],
-    (lo, pos): (usize, usize),
+    hk: usize,
+    hv: usize,
     scale: f32,
-    sc: &mut Scratch,
-    out: &mut [f32],
-) {
+    lo: usize,
+    pos: usize,
+}
+
+/// Softmax attention of one query head in f32 (two passes: exact max, then weights).
+fn attend_f32(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
+    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
     sc.tmp.resize(hk.max(hv), 0.0);
     sc.qh.clear();
     sc.qh.extend_from_slice(q);
@@ -305,19 +308,8 @@ fn attend_f32(
 /// One query head as ggml's `flash_attn_ext_f16_one_chunk` computes it over each chunk of
 /// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
 /// as `ggml_flash_attn_ext_reduce_partials`.
-#[allow(clippy::too_many_arguments)]
-fn attend_f16(
-    kc: &CacheMatrix,
-    vc: &CacheMatrix,
-    kvh: usize,
-    (hk, hv): (usize, usize),
-    q: &[f32],
-    (lo, pos): (usize, usize),
-    chunk: usize,
-    scale: f32,
-    sc: &mut Scratch,
-    out: &mut [f32],
-) {
+fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: &mut [f32]) {
+    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
     let layout = ops::native_dot_layout();
     sc.q16.clear();
     sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
@@ -529,12 +521,13 @@ impl Transformer {
                         };
                         let src = &qref[(t * nh + head) * hk..(t * nh + head + 1) * hk];
                         let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
+                        let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
                         if f16_path {
                             let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
                             let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
-                            attend_f16(kc, vc, kvh, (hk, hv), src, (lo, pos), chunk, scale, sc, &mut out);
+                            attend_f16(&view, src, chunk, sc, &mut out);
                         } else {
-                            attend_f32(kc, vc, kvh, (hk, hv), src, (lo, pos), scale, sc, &mut out);
+                            attend_f32(&view, src, sc, &mut out);
                         }
                     })
                 });
