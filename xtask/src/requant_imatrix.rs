@@ -12,24 +12,53 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::{llama_cpp, models, requant};
 
-/// The llama-quantize file types of issue 3's real-file acceptance line, and whether each
-/// is made with the importance matrix.
-pub const FTYPES: &[(&str, bool)] = &[
-    ("IQ1_S", true),
-    ("IQ1_M", true),
-    ("IQ2_XXS", true),
-    ("IQ2_XS", true),
-    ("IQ2_S", true),
-    ("IQ2_M", true),
-    ("IQ3_XXS", true),
-    ("IQ3_XS", true),
-    ("IQ3_S", true),
-    ("IQ3_M", true),
-    ("IQ4_NL", false),
-    ("IQ4_XS", false),
-    ("TQ1_0", false),
-    ("TQ2_0", false),
-    ("MXFP4_MOE", false),
+/// One requantized SmolLM2 of issue 3's real-file acceptance line.
+#[derive(Debug, Clone, Copy)]
+pub struct Requant {
+    /// Cache name: `SmolLM2-135M-Instruct.<name>.gguf`.
+    pub name: &'static str,
+    /// The `llama-quantize` file type.
+    pub ftype: &'static str,
+    /// Whether the importance matrix of [`ensure_imatrix`] is passed.
+    pub imatrix: bool,
+    /// `--tensor-type` overrides (to get types no file type of a dense model produces).
+    pub tensor_types: &'static [&'static str],
+}
+
+const fn rq(name: &'static str, imatrix: bool) -> Requant {
+    Requant { name, ftype: name, imatrix, tensor_types: &[] }
+}
+
+/// The files: every IQ/TQ/MXFP4 file type of the issue (IQ1..IQ3 with the imatrix), Q2_0,
+/// Q1_0 on the FFN down matrices, and `FP4_FFN`: Q8_0 with the FFN matrices forced to nvfp4 (down) and mxfp4
+/// (up, gate) — MXFP4_MOE only touches MoE experts, which SmolLM2 does not have, and no
+/// file type makes nvfp4.
+pub const FTYPES: &[Requant] = &[
+    rq("IQ1_S", true),
+    rq("IQ1_M", true),
+    rq("IQ2_XXS", true),
+    rq("IQ2_XS", true),
+    rq("IQ2_S", true),
+    rq("IQ2_M", true),
+    rq("IQ3_XXS", true),
+    rq("IQ3_XS", true),
+    rq("IQ3_S", true),
+    rq("IQ3_M", true),
+    rq("IQ4_NL", false),
+    rq("IQ4_XS", false),
+    rq("TQ1_0", false),
+    rq("TQ2_0", false),
+    rq("MXFP4_MOE", false),
+    // llama-quantize refuses Q1_0 for SmolLM2 (576 columns are not whole 128-blocks and
+    // q1_0 has no fallback type): the 1536-wide ffn_down matrices carry it instead.
+    Requant { name: "Q1_0_FFN", ftype: "Q8_0", imatrix: false, tensor_types: &["ffn_down=q1_0"] },
+    rq("Q2_0", false),
+    Requant {
+        name: "FP4_FFN",
+        ftype: "Q8_0",
+        imatrix: false,
+        tensor_types: &["ffn_down=nvfp4", "ffn_up=mxfp4", "ffn_gate=mxfp4"],
+    },
 ];
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
@@ -94,48 +123,34 @@ fn threads() -> String {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string()
 }
 
-/// SmolLM2 requantized to `ftype` with the importance matrix of [`ensure_imatrix`]
-/// (`llama-quantize --allow-requantize --imatrix`), cached at
-/// [`requant::requant_path`]`(ftype)`.
-pub fn ensure_requant_imatrix(ftype: &str) -> Result<PathBuf> {
-    ensure!(
-        !ftype.is_empty() && ftype.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
-        "bad llama-quantize type name {ftype:?}"
-    );
-    let out = requant::requant_path(ftype)?;
+/// SmolLM2 requantized as `r` says (`llama-quantize --allow-requantize [--imatrix F]
+/// [--tensor-type T...] ftype`), cached at [`requant::requant_path`]`(r.name)`. A plain file
+/// type without imatrix or overrides is [`requant::ensure_requant`]'s file.
+pub fn ensure(r: &Requant) -> Result<PathBuf> {
+    if !r.imatrix && r.tensor_types.is_empty() && r.name == r.ftype {
+        return requant::ensure_requant(r.ftype);
+    }
+    let out = requant::requant_path(r.name)?;
     if out.is_file() {
         return Ok(out);
     }
-    let imatrix = ensure_imatrix()?;
     let src = models::ensure_model(models::find_model("smollm2").context("smollm2 is not in the model table")?)?;
     let bin = bin_dir()?;
     let partial = out.with_extension("gguf.partial");
-    eprintln!("llama-quantize --allow-requantize --imatrix {} -> {ftype}", imatrix.display());
-    let r = run(
-        Command::new(bin.join("llama-quantize"))
-            .env("LD_LIBRARY_PATH", &bin)
-            .arg("--allow-requantize")
-            .arg("--imatrix")
-            .arg(&imatrix)
-            .arg(&src)
-            .arg(&partial)
-            .arg(ftype)
-            .arg(threads()),
-        &format!("llama-quantize {ftype}"),
-    );
-    if let Err(e) = r {
+    let mut cmd = Command::new(bin.join("llama-quantize"));
+    cmd.env("LD_LIBRARY_PATH", &bin).arg("--allow-requantize");
+    if r.imatrix {
+        cmd.arg("--imatrix").arg(ensure_imatrix()?);
+    }
+    for t in r.tensor_types {
+        cmd.arg("--tensor-type").arg(t);
+    }
+    cmd.arg(&src).arg(&partial).arg(r.ftype).arg(threads());
+    eprintln!("llama-quantize {:?} -> {}", r, out.display());
+    if let Err(e) = run(&mut cmd, &format!("llama-quantize {}", r.name)) {
         let _ = fs::remove_file(&partial);
         return Err(e);
     }
     fs::rename(&partial, &out)?;
     Ok(out)
-}
-
-/// The requantized file for one entry of [`FTYPES`].
-pub fn ensure(ftype: &str, with_imatrix: bool) -> Result<PathBuf> {
-    if with_imatrix {
-        ensure_requant_imatrix(ftype)
-    } else {
-        requant::ensure_requant(ftype)
-    }
 }

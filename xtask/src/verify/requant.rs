@@ -41,19 +41,23 @@ pub fn run(cache: &Path, opts: &Opts, report: &mut Report) -> Result<()> {
         Ok(checks) => checks.into_iter().for_each(|c| report.push(c)),
         Err(e) => report.push(Check::error("real rows quantize", "smollm2", e)),
     }
-    for &(ftype, with_imatrix) in FTYPES {
+    for r in FTYPES {
+        let ftype = r.name;
         if !opts.only.is_empty() && !opts.only.iter().any(|o| o.eq_ignore_ascii_case(ftype)) {
             continue;
         }
         eprintln!("verify requant: {ftype}");
-        let path = match ensure(ftype, with_imatrix) {
+        let path = match ensure(r) {
             Ok(p) => p,
             Err(e) => {
                 report.push(Check::error("requant files", ftype, e));
                 continue;
             }
         };
-        let how = if with_imatrix { "with imatrix" } else { "no imatrix" };
+        let mut how = format!("llama-quantize {}{}", r.ftype, if r.imatrix { " --imatrix" } else { "" });
+        for t in r.tensor_types {
+            how.push_str(&format!(" --tensor-type {t}"));
+        }
         let dump = match &cli {
             Ok(bin) => inspect(bin, &path),
             Err(e) => Err(anyhow::anyhow!("{e:#}")),
