@@ -50,6 +50,14 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
+/// Two adjacent fp16 (`d`, `m`) at `p` → f32, one conversion.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn f16_pair_at(p: *const u8) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn load256(p: *const u8) -> __m256i {
@@ -59,9 +67,10 @@ unsafe fn load256(p: *const u8) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn nibbles_32(p: *const u8) -> __m256i {
-    let tmp = _mm_loadu_si128(p as *const __m128i);
-    let bytes = _mm256_insertf128_si256::<1>(_mm256_castsi128_si256(tmp), _mm_srli_epi16::<4>(tmp));
-    _mm256_and_si256(_mm256_set1_epi8(0xF), bytes)
+    // The 16 bytes in both halves, the high half shifted right by 4 (`vpsrlvw`).
+    let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
+    let shifts = _mm256_set_epi16(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_srlv_epi16(both, shifts))
 }
 
 /// 32 bits → 32 bytes, `0x10` where the bit is set.
@@ -150,8 +159,7 @@ macro_rules! legacy_tile {
                         let b = $b;
                         let wb = wr.add(b * l.wb);
                         let q = $unpack(wb);
-                        let dw = f16_at(wb);
-                        let mw = if l.has_min { f16_at(wb.add(2)) } else { 0.0 };
+                        let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
                         for t in 0..T {
                             let i = (t0 + t) * nb + b;
                             let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
