@@ -56,6 +56,10 @@ commands:
   llama-dump -m FILE --tokens 1,2,3 -o DIR [--filter PREFIX,...]
                                     every intermediate tensor of llama.cpp's forward pass
                                     (cb_eval: Qcur-0, kqv_out-0, l_out-0, ...) as raw f32
+  layer-diff -m FILE (--prompt TEXT | --tokens 1,2,3) [-t N] [--gguf BIN]
+                                    run llama.cpp (cb_eval) and gguf logits (GGUF_DUMP_DIR) on
+                                    the same tokens; every node's difference, in forward order,
+                                    and the first node that is not bit-identical
   synth [qwen3|qwen3moe]            write the random-weight test models into the cache
   requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory
@@ -243,6 +247,17 @@ fn real_main() -> Result<()> {
                 n_gen,
                 args.threads,
                 std::path::Path::new(out),
+            )?;
+        }
+        "layer-diff" => {
+            let model = args.models.first().context("layer-diff needs -m FILE")?;
+            verify::layers::run(
+                &cache,
+                std::path::Path::new(model),
+                args.prompt.as_deref(),
+                args.tokens.as_deref(),
+                args.threads,
+                args.gguf.as_deref().map(std::path::Path::new),
             )?;
         }
         "llama-dump" => {

@@ -4,6 +4,7 @@
 pub mod gguf;
 pub mod gguf_api;
 pub mod iq_tables;
+pub mod layers;
 pub mod logits;
 pub mod quants;
 pub mod requant;
