@@ -99,6 +99,7 @@ const Q5_1: Legacy = Legacy { wb: 24, xb: Q8_1_BYTES, xq: 4, has_min: true, offs
 const Q8_0: Legacy = Legacy { wb: Q8_0_BYTES, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: -128 };
 
 /// Per-tile activation data: scales as f32, `s` of Q8_1 as f32, `offset·Σx` lane sums.
+#[derive(Default)]
 struct Prep {
     d: Vec<f32>,
     s: Vec<f32>,
@@ -106,10 +107,11 @@ struct Prep {
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, nb: usize) -> Prep {
-    let mut d = Vec::with_capacity(tokens * nb);
-    let mut s = Vec::with_capacity(if l.has_min { tokens * nb } else { 0 });
-    let mut off = Vec::with_capacity(if l.offset != 0 { tokens * nb } else { 0 });
+unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, nb: usize, p: &mut Prep) {
+    let Prep { d, s, off } = p;
+    d.clear();
+    s.clear();
+    off.clear();
     // `offset` as an unsigned multiplier: 8 and 16 directly; for q8_0 the weights are fed
     // as w ^ 0x80 = w + 128, so 128 is subtracted.
     let mult = _mm256_set1_epi8(if l.offset == -128 { -128 } else { l.offset });
@@ -125,7 +127,11 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
             }
         }
     }
-    Prep { d, s, off }
+}
+
+thread_local! {
+    /// Per-thread activation set-up buffers, reused across tile calls.
+    static PREP: std::cell::Cell<Prep> = std::cell::Cell::new(Prep::default());
 }
 
 macro_rules! legacy_tile {
@@ -204,7 +210,8 @@ macro_rules! legacy_tile {
             // kernel touches is in bounds; the features are detected at run time before
             // any call (`has_vnni`).
             unsafe {
-                let p = prep_legacy(&l, t.x.as_ptr(), t.x_stride, t.tokens, nb);
+                let mut p = PREP.with(|c| c.take());
+                prep_legacy(&l, t.x.as_ptr(), t.x_stride, t.tokens, nb, &mut p);
                 let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
                 let mut t0 = 0;
                 while t0 < t.tokens {
@@ -216,6 +223,7 @@ macro_rules! legacy_tile {
                     }
                     t0 += 4;
                 }
+                PREP.with(|c| c.set(p));
             }
         }
     };
