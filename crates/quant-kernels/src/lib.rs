@@ -18,12 +18,14 @@ mod matmul;
 pub mod ops;
 mod pool;
 pub mod registry;
+mod rowdot;
 pub mod scalar;
 
 pub use error::Error;
 pub use matmul::{matmul, tile_by_vec_dot, Matrix};
 pub use pool::Pool;
 pub use registry::{kernel_info, Kernel, Tile};
+pub use rowdot::{quantize_row, ActRow};
 
 /// `inventory` re-exported so that plug-in crates can register kernels without naming
 /// the dependency themselves.

@@ -498,3 +498,49 @@ fn dequantize_row_matches_registry() {
         assert_eq!(&row[..], &all[r * cols..(r + 1) * cols]);
     }
 }
+
+#[test]
+fn act_row_and_quantize_row_follow_matmul() {
+    let mut rng = StdRng::seed_from_u64(31);
+    let pool = Pool::new(1);
+    for name in ["q8_0", "q4_K", "f16", "q4_1"] {
+        let t = ggml_quants::lookup_name(name).unwrap();
+        let cols = 512;
+        let rows = 3;
+        let w_bytes = quantize(name, &data(&mut rng, rows * cols, 1.0), cols);
+        let w = Matrix::new(t.id, &w_bytes, rows, cols).unwrap();
+        let x = data(&mut rng, cols, 1.0);
+        let mut y = vec![0f32; rows];
+        matmul(&pool, &w, &x, 1, &mut y).unwrap();
+        let a = quant_kernels::ActRow::new(t.id, &x).unwrap();
+        for r in 0..rows {
+            assert_eq!(a.dot(w.row(r).unwrap()).unwrap(), y[r], "{name} row {r}");
+        }
+        assert!(a.dot(&w_bytes[..5]).is_err());
+    }
+    // quantize_row uses ggml-cpu's x86 Q8_0 quantizer (ties to even), not the reference.
+    let q8 = ggml_quants::lookup_name("q8_0").unwrap();
+    let x: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) * 0.25).collect();
+    let mut ours = vec![0u8; 68];
+    quant_kernels::quantize_row(q8.id, &x, &mut ours).unwrap();
+    let mut want = vec![0u8; 68];
+    quant_kernels::scalar::act::quantize_q8_0(&x, &mut want);
+    assert_eq!(ours, want);
+    assert!(quant_kernels::quantize_row(q8.id, &x[..63], &mut ours).is_err());
+    assert!(quant_kernels::quantize_row(q8.id, &x, &mut ours[..67]).is_err());
+    // A type without an activation quantizer uses its reference encoder.
+    let q4 = ggml_quants::lookup_name("q4_0").unwrap();
+    let mut a = vec![0u8; 36];
+    let mut b = vec![0u8; 36];
+    quant_kernels::quantize_row(q4.id, &x, &mut a).unwrap();
+    q4.quantize_ref(&x, &mut b).unwrap();
+    assert_eq!(a, b);
+    // Generic path.
+    let src = data(&mut rng, 64, 1.0);
+    let mut wb = vec![0u8; 72];
+    demo_quantize(&src, &mut wb);
+    let a = quant_kernels::ActRow::new(NO_KERNEL_ID, &x).unwrap();
+    let wd = dequant(NO_KERNEL_ID, &wb);
+    assert_eq!(a.dot(&wb).unwrap(), quant_kernels::ops::dot_f32(&wd, &x));
+    assert!(a.dot(&wb[..36]).is_err());
+}
