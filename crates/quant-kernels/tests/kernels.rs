@@ -513,8 +513,8 @@ fn act_row_and_quantize_row_follow_matmul() {
         let mut y = vec![0f32; rows];
         matmul(&pool, &w, &x, 1, &mut y).unwrap();
         let a = quant_kernels::ActRow::new(t.id, &x).unwrap();
-        for r in 0..rows {
-            assert_eq!(a.dot(w.row(r).unwrap()).unwrap(), y[r], "{name} row {r}");
+        for (r, want) in y.iter().enumerate() {
+            assert_eq!(a.dot(w.row(r).unwrap()).unwrap(), *want, "{name} row {r}");
         }
         assert!(a.dot(&w_bytes[..5]).is_err());
     }
