@@ -166,6 +166,7 @@ macro_rules! legacy_tile {
                         let wb = wr.add(b * l.wb);
                         let q = $unpack(wb);
                         let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
+                        let bw = _mm256_set1_ps(dw);
                         for t in 0..T {
                             let i = (t0 + t) * nb + b;
                             let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
@@ -173,8 +174,10 @@ macro_rules! legacy_tile {
                             if l.offset != 0 {
                                 dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
                             }
-                            let d = _mm256_set1_ps(dw * *p.d.get_unchecked(i));
-                            $acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), $acc[t]);
+                            // (lanes · dx) · dw: dx broadcast straight from memory, dw
+                            // broadcast once per block for all T tokens.
+                            let dx = _mm256_broadcast_ss(&*p.d.get_unchecked(i));
+                            $acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), bw, $acc[t]);
                             if l.has_min {
                                 $summ[t] += mw * *p.s.get_unchecked(i);
                             }
