@@ -6,7 +6,6 @@ pub mod engine;
 pub mod fetch;
 pub mod inspect;
 pub mod tokenize;
-pub mod tokenize;
 
 /// Writes `bytes` to `path` atomically: a temporary in the same directory, synced, then
 /// renamed over the target; on error the temporary is removed and the target untouched.

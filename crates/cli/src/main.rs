@@ -67,12 +67,6 @@ enum Command {
     Detokenize(gguf_cli::tokenize::DetokenizeArgs),
     /// Render a conversation (JSON messages) with the file's chat template.
     ChatTemplate(gguf_cli::tokenize::ChatTemplateArgs),
-    /// Print the token ids of a text, like llama-tokenize.
-    Tokenize(gguf_cli::tokenize::TokenizeArgs),
-    /// Print the text of token ids.
-    Detokenize(gguf_cli::tokenize::DetokenizeArgs),
-    /// Render a conversation (JSON messages) with the file's chat template.
-    ChatTemplate(gguf_cli::tokenize::ChatTemplateArgs),
 }
 
 fn main() -> ExitCode {
@@ -131,9 +125,6 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Run(a) => engine::run(&a),
-        Command::Tokenize(a) => gguf_cli::tokenize::tokenize(&a, &mut std::io::stdout().lock()),
-        Command::Detokenize(a) => gguf_cli::tokenize::detokenize(&a, &mut std::io::stdout().lock()),
-        Command::ChatTemplate(a) => gguf_cli::tokenize::chat_template(&a, &mut std::io::stdout().lock()),
         Command::Tokenize(a) => gguf_cli::tokenize::tokenize(&a, &mut std::io::stdout().lock()),
         Command::Detokenize(a) => gguf_cli::tokenize::detokenize(&a, &mut std::io::stdout().lock()),
         Command::ChatTemplate(a) => gguf_cli::tokenize::chat_template(&a, &mut std::io::stdout().lock()),
