@@ -322,10 +322,21 @@ struct KBlock {
     dmin: f32,
 }
 
+/// Sixteen i8 scales (one per 16-element group) → the eight lane-scale vectors of the
+/// `vpdpbusd` products: vector `k` covers groups `2k` (lanes 0–3) and `2k+1` (lanes 4–7).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn pair_scales(a: i32, b: i32) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi32(b), _mm_set1_epi32(a))
+unsafe fn pair_scales_16(sc: __m128i) -> [__m256i; 8] {
+    let lo = _mm256_cvtepi8_epi32(sc);
+    let hi = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc));
+    let mut sv = [_mm256_setzero_si256(); 8];
+    for j in 0..4 {
+        let a = 2 * j as i32;
+        let idx = _mm256_setr_epi32(a, a, a, a, a + 1, a + 1, a + 1, a + 1);
+        sv[j] = _mm256_permutevar8x32_epi32(lo, idx);
+        sv[j + 4] = _mm256_permutevar8x32_epi32(hi, idx);
+    }
+    sv
 }
 
 /// The Q4_K/Q5_K 6-bit scales and mins (`get_scale_min_k4`).
@@ -405,12 +416,9 @@ unsafe fn decode_q6_k(b: *const u8) -> KBlock {
             _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m3)),
         );
     }
-    let sc = &*(b.add(192) as *const [i8; 16]);
-    let mut sv = [_mm256_setzero_si256(); 8];
-    for k in 0..8 {
-        sv[k] = pair_scales(sc[2 * k] as i32, sc[2 * k + 1] as i32);
-    }
-    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
+    let sc = _mm_loadu_si128(b.add(192) as *const __m128i);
+    let sv = pair_scales_16(sc);
+    let sc16 = _mm256_cvtepi8_epi16(sc);
     KBlock { q, sv, sc16, mn16: _mm256_setzero_si256(), d: f16_at(b.add(208)), dmin: 0.0 }
 }
 
@@ -430,16 +438,22 @@ unsafe fn decode_q3_k(b: *const u8) -> KBlock {
             q[k] = _mm256_or_si256(l, _mm256_slli_epi16::<2>(h));
         }
     }
-    let raw = crate::scalar::dots::q3_k_scales(&*(b.add(96) as *const [u8; 12]));
-    let mut s16 = [0i16; 16];
-    for g in 0..16 {
-        s16[g] = raw[g] as i16 - 32;
-    }
-    let mut sv = [_mm256_setzero_si256(); 8];
-    for k in 0..8 {
-        sv[k] = pair_scales(s16[2 * k] as i32, s16[2 * k + 1] as i32);
-    }
-    let sc16 = _mm256_loadu_si256(s16.as_ptr() as *const __m256i);
+    // ggml's scale unpacking (`kmask1`/`kmask2`), then −32.
+    const KMASK1: u32 = 0x03030303;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    let s = b.add(96) as *const u32;
+    let aux = [s.read_unaligned(), s.add(1).read_unaligned(), s.add(2).read_unaligned()];
+    let sc = _mm_sub_epi8(
+        _mm_set_epi32(
+            (((aux[1] >> 4) & KMASK2) | (((aux[2] >> 6) & KMASK1) << 4)) as i32,
+            (((aux[0] >> 4) & KMASK2) | (((aux[2] >> 4) & KMASK1) << 4)) as i32,
+            ((aux[1] & KMASK2) | (((aux[2] >> 2) & KMASK1) << 4)) as i32,
+            ((aux[0] & KMASK2) | ((aux[2] & KMASK1) << 4)) as i32,
+        ),
+        _mm_set1_epi8(32),
+    );
+    let sv = pair_scales_16(sc);
+    let sc16 = _mm256_cvtepi8_epi16(sc);
     KBlock { q, sv, sc16, mn16: _mm256_setzero_si256(), d: f16_at(b.add(108)), dmin: 0.0 }
 }
 
@@ -454,11 +468,7 @@ unsafe fn decode_q2_k(b: *const u8) -> KBlock {
             q[4 * j + s] = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * s as i32)), m3);
         }
     }
-    let sc = &*(b as *const [u8; 16]);
-    let mut sv = [_mm256_setzero_si256(); 8];
-    for k in 0..8 {
-        sv[k] = pair_scales((sc[2 * k] & 0xF) as i32, (sc[2 * k + 1] & 0xF) as i32);
-    }
+    let sv = pair_scales_16(_mm_and_si128(_mm_loadu_si128(b as *const __m128i), _mm_set1_epi8(0xF)));
     let mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(
         _mm_srli_epi16::<4>(_mm_loadu_si128(b as *const __m128i)),
         _mm_set1_epi8(0xF),
@@ -560,4 +570,4 @@ k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, 0, true, Some(avx2::q2_
 k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, 4, false, Some(avx2::q3_k_q8_k));
 k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, 0, true, None);
 k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, 0, true, None);
-k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, 32, false, Some(avx2::q6_k_q8_k));
+k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, 32, false, None);
