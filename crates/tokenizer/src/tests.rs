@@ -355,3 +355,19 @@ fn stream_decoder_holds_byte_level_pieces() {
     assert_eq!(d.push(ids[1]).unwrap(), "");
     assert_eq!(d.finish(), "\u{FFFD}");
 }
+
+#[test]
+fn tokenizer_and_template_are_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<chat::ChatTemplate>();
+    let t = std::sync::Arc::new(Tokenizer::from_gguf(&bpe_md("llama3")).unwrap());
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let t = t.clone();
+            std::thread::spawn(move || t.encode(&format!("hello world {i}"), true, false).unwrap())
+        })
+        .collect();
+    let outs: Vec<Vec<u32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(outs[0].len(), outs[1].len());
+}
