@@ -1,0 +1,59 @@
+//! Compares this crate with ggml-cpu on data written by a libggml-cpu driver (one
+//! directory per type: `meta` = "type rows cols vec_dot_type", `w.bin` quantized rows,
+//! `x.bin` f32 activations, `xq.bin` ggml's `from_float(x)`, `dots.bin` ggml's
+//! `vec_dot` per row). Usage: `cargo run --release -p quant-kernels --example
+//! ggml_compare -- DIR`. Not a `cargo test`: it needs llama.cpp's libraries to make DIR.
+
+fn main() {
+    let dir = std::env::args().nth(1).expect("usage: ggml_compare DIR");
+    let mut entries: Vec<_> = std::fs::read_dir(&dir).expect("read dir").flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let p = e.path();
+        let meta = std::fs::read_to_string(p.join("meta")).unwrap();
+        let v: Vec<usize> = meta.split_whitespace().map(|s| s.parse().unwrap()).collect();
+        let (tid, rows, cols, vdt) = (v[0] as u32, v[1], v[2], v[3] as u32);
+        let w = std::fs::read(p.join("w.bin")).unwrap();
+        let x: Vec<f32> = std::fs::read(p.join("x.bin"))
+            .unwrap()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let xq_ggml = std::fs::read(p.join("xq.bin")).unwrap();
+        let dots: Vec<f32> = std::fs::read(p.join("dots.bin"))
+            .unwrap()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let mut xq = vec![0u8; xq_ggml.len()];
+        quant_kernels::quantize_row(vdt, &x, &mut xq).unwrap();
+        let act_diff = xq.iter().zip(&xq_ggml).filter(|(a, b)| a != b).count();
+        let k = quant_kernels::registry::kernel_for(tid).unwrap();
+        assert_eq!(k.vec_dot_type, vdt, "vec_dot_type differs from ggml's");
+        let m = quant_kernels::Matrix::new(tid, &w, rows, cols).unwrap();
+        let mut y = vec![0f32; rows];
+        quant_kernels::matmul(&quant_kernels::Pool::new(1), &m, &x, 1, &mut y).unwrap();
+        let (mut max_rel, mut exact) = (0f64, 0);
+        for (a, b) in y.iter().zip(&dots) {
+            if a == b {
+                exact += 1;
+            }
+            let rel = ((a - b).abs() / b.abs().max(1e-6)) as f64;
+            max_rel = max_rel.max(rel);
+        }
+        // The scalar twin on ggml's own activations too.
+        let sc = quant_kernels::registry::kernels_of(tid).iter().find(|k| k.backend == "scalar").unwrap();
+        let rb = m.row_bytes();
+        let mut max_rel_sc = 0f64;
+        for (r, b) in dots.iter().enumerate() {
+            let s = (sc.vec_dot)(cols, &w[r * rb..(r + 1) * rb], &xq_ggml);
+            max_rel_sc = max_rel_sc.max(((s - b).abs() / b.abs().max(1e-6)) as f64);
+        }
+        println!(
+            "{:>5} ({}): activation bytes differing {act_diff}/{}, matmul vs ggml vec_dot: {exact}/{rows} exact, max rel {max_rel:.2e}; scalar twin max rel {max_rel_sc:.2e}",
+            ggml_quants::lookup_id(tid).unwrap().name,
+            quant_kernels::kernel_info(tid),
+            xq.len()
+        );
+    }
+}
