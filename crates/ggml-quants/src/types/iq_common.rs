@@ -43,19 +43,38 @@ pub fn best_index_int8(val: &[i8], x: f32) -> usize {
     }
 }
 
+/// Round half away from zero for `|x| < 2^23`, without a libm call (x86-64 without SSE4.1
+/// has no rounding instruction, so `f32::round` is a call to `roundf`): truncate through
+/// `cvttss2si`, then step by one when the (exactly computed) remainder reaches a half.
+#[inline(always)]
+fn round_small(x: f32) -> i32 {
+    let t = x as i32;
+    let f = x - t as f32;
+    t + (f >= 0.5) as i32 - (f <= -0.5) as i32
+}
+
+/// Below this magnitude [`round_small`] is exact; at or above it every f32 is an integer.
+const EXACT_INT: f32 = 8388608.0;
+
 /// C's `(int) lroundf(x)` on x86-64 glibc: round half away from zero into a `long`
 /// (`LONG_MIN` for NaN and out-of-range values), then truncated to `int`.
 #[inline]
 pub fn c_lroundf_i32(x: f32) -> i32 {
-    let l: i64 =
-        if x.is_nan() || !(-9.223372e18f32..9.223372e18f32).contains(&x) { i64::MIN } else { x.round() as i64 };
+    if x.abs() < EXACT_INT {
+        return round_small(x);
+    }
+    let l: i64 = if x.is_nan() || !(-9.223372e18f32..9.223372e18f32).contains(&x) { i64::MIN } else { x as i64 };
     l as i32
 }
 
 /// C's `(int) roundf(x)` (cvttss2si of the rounded value).
 #[inline]
 pub fn c_roundf_i32(x: f32) -> i32 {
-    c_f32_to_i32(x.round())
+    if x.abs() < EXACT_INT {
+        round_small(x)
+    } else {
+        c_f32_to_i32(x)
+    }
 }
 
 /// `ggml_e8m0_to_fp32_half`: `2^(x - 128)` as an f32, denormal for `x < 2`.
@@ -214,6 +233,27 @@ mod tests {
         assert_eq!(c_lroundf_i32(f32::NAN), 0);
         assert_eq!(c_lroundf_i32(f32::INFINITY), 0);
         assert_eq!(c_lroundf_i32(4294967296.0 + 8192.0), 8192);
+    }
+
+    #[test]
+    fn fast_rounding_matches_libm_round() {
+        let mut xs = vec![0.0f32, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, -0.49999997, 1e-30, -1e-30];
+        xs.extend([8388607.5f32, -8388607.5, 8388608.0, 4194303.5, 2147483520.0, 3e9, -3e9, 1e19, -1e19]);
+        xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN_POSITIVE]);
+        let mut s = 0x9E37_79B9u32;
+        for _ in 0..1_000_000 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            xs.push(f32::from_bits(s));
+            xs.push((s as f32 / u32::MAX as f32 - 0.5) * 16.0);
+        }
+        for x in xs {
+            assert_eq!(c_roundf_i32(x), c_f32_to_i32(x.round()), "roundf {x:e}");
+            let l: i64 =
+                if x.is_nan() || !(-9.223372e18f32..9.223372e18f32).contains(&x) { i64::MIN } else { x.round() as i64 };
+            assert_eq!(c_lroundf_i32(x), l as i32, "lroundf {x:e}");
+        }
     }
 
     #[test]

@@ -68,11 +68,14 @@ pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
         let d = amax;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         write_f16(yb, 0, d);
-        let qs = &mut yb[2..];
-        qs.fill(0);
-        for (j, &w) in xb.iter().enumerate() {
-            let q = c_roundf_i32(w * id).wrapping_add(1).clamp(0, 3);
-            qs[j / 4] |= (q as u8) << ((j % 4) * 2);
+        // Byte `j / 4` gets weight `j` at bits `2(j % 4)`: four weights per byte.
+        for (q4, x4) in yb[2..].iter_mut().zip(xb.chunks_exact(4)) {
+            let mut b = 0u8;
+            for (k, &w) in x4.iter().enumerate() {
+                let q = c_roundf_i32(w * id).wrapping_add(1).clamp(0, 3);
+                b |= (q as u8) << (2 * k);
+            }
+            *q4 = b;
         }
     }
 }
