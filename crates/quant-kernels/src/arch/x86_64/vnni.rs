@@ -154,47 +154,31 @@ macro_rules! legacy_tile {
             let l = $l;
             for r in 0..rows {
                 let wr = w.add(r * w_stride);
-                // Two accumulators per token (even / odd blocks) break the FMA latency
-                // chain; a token's arithmetic does not depend on T.
-                let mut acc0 = [_mm256_setzero_ps(); T];
-                let mut acc1 = [_mm256_setzero_ps(); T];
-                let mut summ0 = [0f32; T];
-                let mut summ1 = [0f32; T];
-                macro_rules! block {
-                    ($b:expr, $acc:ident, $summ:ident) => {{
-                        let b = $b;
-                        let wb = wr.add(b * l.wb);
-                        let q = $unpack(wb);
-                        let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
-                        let bw = _mm256_set1_ps(dw);
-                        for t in 0..T {
-                            let i = (t0 + t) * nb + b;
-                            let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
-                            let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
-                            if l.offset != 0 {
-                                dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
-                            }
-                            // (lanes · dx) · dw: dx broadcast straight from memory, dw
-                            // broadcast once per block for all T tokens.
-                            let dx = _mm256_broadcast_ss(&*p.d.get_unchecked(i));
-                            $acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), bw, $acc[t]);
-                            if l.has_min {
-                                $summ[t] += mw * *p.s.get_unchecked(i);
-                            }
+                // ggml's float order exactly (one 8-lane accumulator per token, `fmadd`
+                // by `d_w·d_x` per block, the `m·s` terms fused in block order), so the
+                // result is bit-identical to ggml-cpu's vec_dot for the same activations.
+                let mut acc = [_mm256_setzero_ps(); T];
+                let mut summ = [0f32; T];
+                for b in 0..nb {
+                    let wb = wr.add(b * l.wb);
+                    let q = $unpack(wb);
+                    let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
+                    for t in 0..T {
+                        let i = (t0 + t) * nb + b;
+                        let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
+                        let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
+                        if l.offset != 0 {
+                            dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
                         }
-                    }};
-                }
-                let mut b = 0;
-                while b + 1 < nb {
-                    block!(b, acc0, summ0);
-                    block!(b + 1, acc1, summ1);
-                    b += 2;
-                }
-                if b < nb {
-                    block!(b, acc0, summ0);
+                        let d = _mm256_set1_ps(dw * *p.d.get_unchecked(i));
+                        acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[t]);
+                        if l.has_min {
+                            summ[t] = mw.mul_add(*p.s.get_unchecked(i), summ[t]);
+                        }
+                    }
                 }
                 for t in 0..T {
-                    let v = hsum_float_8(_mm256_add_ps(acc0[t], acc1[t])) + (summ0[t] + summ1[t]);
+                    let v = hsum_float_8(acc[t]) + summ[t];
                     *y.add((t0 + t) * y_stride + r) = v;
                 }
             }
