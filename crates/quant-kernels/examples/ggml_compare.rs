@@ -41,6 +41,15 @@ fn main() {
             let rel = ((a - b).abs() / b.abs().max(1e-6)) as f64;
             max_rel = max_rel.max(rel);
         }
+        // The multi-token tiles (T = 2..4 plus a remainder, and the token-block split):
+        // the same activation row repeated must give ggml's result in every column.
+        let mut tile_exact = 0;
+        for n_tokens in [5usize, 19] {
+            let xs: Vec<f32> = (0..n_tokens).flat_map(|_| x.iter().copied()).collect();
+            let mut ys = vec![0f32; rows * n_tokens];
+            quant_kernels::matmul(&quant_kernels::Pool::new(2), &m, &xs, n_tokens, &mut ys).unwrap();
+            tile_exact += ys.chunks(rows).filter(|yt| yt.iter().zip(&dots).all(|(a, b)| a == b)).count();
+        }
         // The scalar twin on ggml's own activations too.
         let sc = quant_kernels::registry::kernels_of(tid).iter().find(|k| k.backend == "scalar").unwrap();
         let rb = m.row_bytes();
@@ -50,7 +59,7 @@ fn main() {
             max_rel_sc = max_rel_sc.max(((s - b).abs() / b.abs().max(1e-6)) as f64);
         }
         println!(
-            "{:>5} ({}): activation bytes differing {act_diff}/{}, matmul vs ggml vec_dot: {exact}/{rows} exact, max rel {max_rel:.2e}; scalar twin max rel {max_rel_sc:.2e}",
+            "{:>5} ({}): activation bytes differing {act_diff}/{}, matmul vs ggml vec_dot: {exact}/{rows} exact, max rel {max_rel:.2e}; batched tokens bit-identical {tile_exact}/24; scalar twin max rel {max_rel_sc:.2e}",
             ggml_quants::lookup_id(tid).unwrap().name,
             quant_kernels::kernel_info(tid),
             xq.len()

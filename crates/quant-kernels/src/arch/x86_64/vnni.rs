@@ -300,7 +300,8 @@ struct KBlock {
     sv: [__m256i; 8],
     /// i16 scale per 16-element group (offset types only).
     sc16: __m256i,
-    /// i16 min per 16-element group (types with mins only).
+    /// Mins: q2_K one i16 per 16-element group; q4_K/q5_K the 8 sub-block mins as i16
+    /// in the low 128 bits.
     mn16: __m256i,
     d: f32,
     dmin: f32,
@@ -337,11 +338,9 @@ unsafe fn k4_common(b: *const u8) -> ([__m256i; 8], __m256i) {
     for j in 0..8 {
         sv[j] = _mm256_set1_epi32(sc[j] as i32);
     }
-    let mut m = [0i16; 16];
-    for g in 0..16 {
-        m[g] = mn[g / 2] as i16;
-    }
-    (sv, _mm256_loadu_si256(m.as_ptr() as *const __m256i))
+    // The 8 mins as i16 in the low half (ggml's `mins_and_scales` high half).
+    let m = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+    (sv, _mm256_castsi128_si256(m))
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -460,8 +459,18 @@ unsafe fn decode_q2_k(b: *const u8) -> KBlock {
     KBlock { q, sv, sc16: _mm256_setzero_si256(), mn16, d: f16_at(b.add(80)), dmin: f16_at(b.add(82)) }
 }
 
+/// How a K type's constant terms enter the sum, each exactly as ggml's AVX2 kernel does
+/// it (so the float results are bit-identical): q6_K subtracts `32·Σ scale·bsum` from the
+/// integer lanes, q3_K subtracts `4·Σx` inside each product lane, q2_K adds the mins into
+/// the main accumulator first, q4_K keeps a 4-lane min accumulator, q5_K a scalar one.
+const MODE_Q6: u8 = 0;
+const MODE_Q3: u8 = 1;
+const MODE_Q2: u8 = 2;
+const MODE_Q4: u8 = 3;
+const MODE_Q5: u8 = 4;
+
 macro_rules! k_tile {
-    ($name:ident, $dot:ident, $imp:ident, $wb:expr, $decode:ident, $offset:expr, $has_min:expr, $single:expr) => {
+    ($name:ident, $dot:ident, $imp:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -476,37 +485,61 @@ macro_rules! k_tile {
             y: *mut f32,
             y_stride: usize,
         ) {
+            let mode: u8 = $mode;
+            let four = _mm256_set1_epi8(4);
             for r in 0..rows {
                 let wr = w.add(r * w_stride);
                 let mut acc = [_mm256_setzero_ps(); T];
-                let mut accm = [_mm256_setzero_ps(); T];
+                let mut acc_m = [_mm_setzero_ps(); T];
+                let mut summs = [0f32; T];
                 for b in 0..nb {
                     let kb = $decode(wr.add(b * $wb));
                     for t in 0..T {
                         let xb = x.add((t0 + t) * x_stride + b * Q8_K_BYTES);
+                        let dx = (xb as *const f32).read_unaligned();
                         let mut sumi = _mm256_setzero_si256();
                         for k in 0..8 {
-                            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), kb.q[k], load256(xb.add(4 + 32 * k)));
+                            let xk = load256(xb.add(4 + 32 * k));
+                            let mut p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), kb.q[k], xk);
+                            if mode == MODE_Q3 {
+                                p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(_mm256_setzero_si256(), four, xk));
+                            }
                             sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, kb.sv[k]));
                         }
-                        let dx = (xb as *const f32).read_unaligned();
-                        if $offset != 0 || $has_min {
-                            let bsums = load256(xb.add(260));
-                            if $offset != 0 {
-                                let corr = _mm256_madd_epi16(bsums, kb.sc16);
-                                sumi = _mm256_sub_epi32(sumi, _mm256_mullo_epi32(corr, _mm256_set1_epi32($offset)));
-                            }
-                            if $has_min {
-                                let m = _mm256_madd_epi16(bsums, kb.mn16);
-                                accm[t] =
-                                    _mm256_fmadd_ps(_mm256_set1_ps(-kb.dmin * dx), _mm256_cvtepi32_ps(m), accm[t]);
+                        let dmin = -dx * kb.dmin;
+                        if mode == MODE_Q6 {
+                            let corr = _mm256_madd_epi16(load256(xb.add(260)), kb.sc16);
+                            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(corr));
+                        } else if mode == MODE_Q2 {
+                            let prod = _mm256_madd_epi16(kb.mn16, load256(xb.add(260)));
+                            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc[t]);
+                        } else if mode == MODE_Q4 || mode == MODE_Q5 {
+                            let q8sums = load256(xb.add(260));
+                            let q8s = _mm_hadd_epi16(
+                                _mm256_extracti128_si256::<0>(q8sums),
+                                _mm256_extracti128_si256::<1>(q8sums),
+                            );
+                            let prod = _mm_madd_epi16(_mm256_castsi256_si128(kb.mn16), q8s);
+                            if mode == MODE_Q4 {
+                                acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
+                            } else {
+                                let z = _mm_setzero_si128();
+                                let hs = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
+                                summs[t] = dmin.mul_add(hs as f32, summs[t]);
                             }
                         }
-                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(kb.d * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * kb.d), _mm256_cvtepi32_ps(sumi), acc[t]);
                     }
                 }
                 for t in 0..T {
-                    let v = if $has_min { hsum_float_8(acc[t]) + hsum_float_8(accm[t]) } else { hsum_float_8(acc[t]) };
+                    let mut v = hsum_float_8(acc[t]);
+                    if mode == MODE_Q4 {
+                        let m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
+                        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                        v += _mm_cvtss_f32(m);
+                    } else if mode == MODE_Q5 {
+                        v += summs[t];
+                    }
                     *y.add((t0 + t) * y_stride + r) = v;
                 }
             }
@@ -550,8 +583,8 @@ macro_rules! k_tile {
 
 use super::avx2;
 
-k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, 0, true, Some(avx2::q2_k_q8_k));
-k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, 4, false, Some(avx2::q3_k_q8_k));
-k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, 0, true, None);
-k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, 0, true, None);
-k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, 32, false, None);
+k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, MODE_Q2, Some(avx2::q2_k_q8_k));
+k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k));
+k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, MODE_Q4, None);
+k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, MODE_Q5, None);
+k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, MODE_Q6, None);
