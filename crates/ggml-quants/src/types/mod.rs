@@ -18,6 +18,8 @@ pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod iq_common;
+#[cfg(test)]
+mod iq_golden;
 pub mod iq_grid;
 pub mod iq_tables;
 pub mod mxfp4;
