@@ -4,7 +4,7 @@
 //! Ports (llama.cpp `0c1e57098`, `ggml/src/ggml-quants.c`): `dequantize_row_iq4_nl`
 //! (`to_float`), `quantize_row_iq4_nl_ref` (`from_float_ref`) and `quantize_iq4_nl` (what
 //! `ggml_quantize_chunk` calls), both through `quantize_row_iq4_nl_impl`, which is shared
-//! with IQ4_XS ([`super::iq4_xs`]) and lives here as [`quantize_nl_impl`].
+//! with IQ4_XS ([`super::iq4_xs`]) and lives here (`quantize_nl_impl`).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
 use crate::types::iq_common::best_index_int8;

@@ -4,7 +4,7 @@
 //! Ports (llama.cpp `0c1e57098`, `ggml/src/ggml-quants.c`): `dequantize_row_iq4_xs`
 //! (`to_float`), `quantize_iq4_xs` (what `ggml_quantize_chunk` calls) and
 //! `quantize_row_iq4_xs_ref` (`from_float_ref`, the same without an imatrix), through the
-//! shared `quantize_row_iq4_nl_impl` ([`super::iq4_nl::quantize_nl_impl`]).
+//! shared `quantize_row_iq4_nl_impl` (`quantize_nl_impl` in [`super::iq4_nl`]).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
 use crate::types::iq4_nl::{quantize_nl_impl, XsScales};
