@@ -83,3 +83,31 @@ fn quantize_and_dequantize_match_ggml_golden_hashes() {
         check(t, no_im, with_im, dq);
     }
 }
+
+/// ggml aborts or packs garbage on non-finite input; ours must return (whatever bytes) and
+/// never panic, with overflow checks on.
+#[test]
+fn non_finite_and_extreme_input_never_panics() {
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 1e-45, -0.0, 3e9, -7e20];
+    for &(name, no_im, _, _) in GOLDEN {
+        let t = crate::by_name(name).unwrap();
+        let (mut x, im) = inputs(t.id);
+        for (i, v) in x.iter_mut().enumerate() {
+            if i % 7 == 0 {
+                *v = specials[(i / 7) % specials.len()];
+            }
+        }
+        let all_nan = vec![f32::NAN; 512];
+        for rows in [&x[..], &all_nan[..]] {
+            let _ = t.quantize_to_vec(rows, 512, Some(&im)).unwrap();
+            if no_im != 0 {
+                let _ = t.quantize_to_vec(rows, 512, None).unwrap();
+            }
+            let mut bad_im = im.clone();
+            bad_im[3] = f32::NAN;
+            bad_im[5] = 0.0;
+            let _ = t.quantize_to_vec(rows, 512, Some(&bad_im)).unwrap();
+            let _ = t.quantize_to_vec(rows, 512, Some(&[0.0; 512])).unwrap();
+        }
+    }
+}
