@@ -74,8 +74,8 @@ impl Rope {
                 for i0 in (0..self.n_rot).step_by(2) {
                     let (c, s) = (cache[i0], cache[i0 + 1]);
                     let (x0, x1) = (x[i0], x[i0 + 1]);
-                    x[i0] = x0 * c - x1 * s;
-                    x[i0 + 1] = x0 * s + x1 * c;
+                    x[i0] = x0.mul_add(c, -(x1 * s));
+                    x[i0 + 1] = x0.mul_add(s, x1 * c);
                 }
             }
             RopeMode::Neox => {
@@ -84,8 +84,8 @@ impl Rope {
                     let (c, s) = (cache[i0], cache[i0 + 1]);
                     let i = i0 / 2;
                     let (x0, x1) = (x[i], x[i + half]);
-                    x[i] = x0 * c - x1 * s;
-                    x[i + half] = x0 * s + x1 * c;
+                    x[i] = x0.mul_add(c, -(x1 * s));
+                    x[i + half] = x0.mul_add(s, x1 * c);
                 }
             }
         }

@@ -341,7 +341,7 @@ fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: 
                 vs = (x - m).exp();
             }
             ops::mad_f16(&mut sc.acc16, vs, vr);
-            s = s * ms + vs;
+            s = s.mul_add(ms, vs); // ggml-cpu is built with FP contraction: `S*ms + vs` is one FMA
         }
         for (d, v) in sc.acc.iter_mut().zip(&sc.acc16) {
             *d = v.to_f32();
@@ -493,6 +493,8 @@ impl Transformer {
                 st.kv.k[il].write(p0 + t, &k[t * nkv * hk..(t + 1) * nkv * hk]);
                 st.kv.v[il].write(p0 + t, &v[t * nkv * hv..(t + 1) * nkv * hv]);
             }
+            dump(&format!("Qrope-{il}"), &q);
+            dump(&format!("Krope-{il}"), &k);
             // Attention, one (token, head) per task.
             o.resize(n * nh * hv, 0.0);
             let (kc, vc) = (&st.kv.k[il], &st.kv.v[il]);
