@@ -190,7 +190,7 @@ fn real_rows(ggml: &Ggml, opts: &Opts) -> Result<Vec<Check>> {
             continue;
         };
         let Some(g) = ggml.type_info(t.id) else { continue };
-        if t.quantize_rows_fn.is_none() || !g.has_quantize_chunk || n % t.block_size != 0 {
+        if t.quantize_rows_fn.is_none() || !g.has_quantize_chunk || !n.is_multiple_of(t.block_size) {
             out.push(Check::skip(GROUP, name, "no quantizer or row width not whole blocks"));
             continue;
         }
