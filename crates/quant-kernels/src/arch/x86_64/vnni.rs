@@ -112,18 +112,23 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
     d.clear();
     s.clear();
     off.clear();
+    // `d` is block-major (`d[b·tokens + t]`) so that a block's scales for 4 consecutive
+    // tokens load as one vector; 4 floats of padding keep that load in bounds.
+    d.resize(nb * tokens + 4, 0.0);
     // `offset` as an unsigned multiplier: 8 and 16 directly; for q8_0 the weights are fed
-    // as w ^ 0x80 = w + 128, so 128 is subtracted.
+    // as w ^ 0x80 = w + 128, so 128 is subtracted. Stored negated: it is the initial
+    // accumulator of the weight's `vpdpbusd`.
     let mult = _mm256_set1_epi8(if l.offset == -128 { -128 } else { l.offset });
     for t in 0..tokens {
         for b in 0..nb {
             let p = x.add(t * x_stride + b * l.xb);
-            d.push(f16_at(p));
+            d[b * tokens + t] = f16_at(p);
             if l.has_min {
                 s.push(f16_at(p.add(2)));
             }
             if l.offset != 0 {
-                off.push(_mm256_dpbusd_epi32(_mm256_setzero_si256(), mult, load256(p.add(l.xq))));
+                let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mult, load256(p.add(l.xq)));
+                off.push(_mm256_sub_epi32(_mm256_setzero_si256(), o));
             }
         }
     }
@@ -147,6 +152,7 @@ macro_rules! legacy_tile {
             x: *const u8,
             x_stride: usize,
             p: &Prep,
+            tokens: usize,
             t0: usize,
             y: *mut f32,
             y_stride: usize,
@@ -163,14 +169,17 @@ macro_rules! legacy_tile {
                     let wb = wr.add(b * l.wb);
                     let q = $unpack(wb);
                     let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
+                    // d_w·d_x for the T tokens at once (each product rounded as the
+                    // scalar one), then broadcast per token.
+                    let dd = _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
+                    let dd = _mm256_castps128_ps256(dd);
                     for t in 0..T {
                         let i = (t0 + t) * nb + b;
                         let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
-                        let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
-                        if l.offset != 0 {
-                            dot = _mm256_sub_epi32(dot, *p.off.get_unchecked(i));
-                        }
-                        let d = _mm256_set1_ps(dw * *p.d.get_unchecked(i));
+                        // `-offset·Σx` as the initial accumulator: lanes of Σ (q - offset)·x.
+                        let init = if l.offset != 0 { *p.off.get_unchecked(i) } else { _mm256_setzero_si256() };
+                        let dot = _mm256_dpbusd_epi32(init, q, xq);
+                        let d = _mm256_permutexvar_ps(_mm256_set1_epi32(t as i32), dd);
                         acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[t]);
                         if l.has_min {
                             summ[t] = mw.mul_add(*p.s.get_unchecked(i), summ[t]);
@@ -203,10 +212,10 @@ macro_rules! legacy_tile {
                 let mut t0 = 0;
                 while t0 < t.tokens {
                     match t.tokens - t0 {
-                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
-                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
-                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
-                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t0, yp, y_stride),
+                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
+                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
+                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
+                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
                     }
                     t0 += 4;
                 }
