@@ -68,6 +68,18 @@ impl CacheMatrix {
         Ok(CacheMatrix { width, rows })
     }
 
+    /// Rows (positions) held.
+    pub fn n_rows(&self) -> usize {
+        if self.width == 0 {
+            return 0;
+        }
+        match &self.rows {
+            CacheRows::F16(v) => v.len() / self.width,
+            CacheRows::F32(v) => v.len() / self.width,
+            CacheRows::Q8_0(v) => v.len() / (self.width / Q8_BLOCK * Q8_BYTES).max(1),
+        }
+    }
+
     /// The element type.
     pub fn cache_type(&self) -> CacheType {
         match &self.rows {

@@ -53,6 +53,9 @@ pub struct Spec {
     pub embed_scale: Option<f32>,
     /// Attention scale; default `1/√head_k`.
     pub attn_scale: Option<f32>,
+    /// Apply the attention scale to q after rope (gemma's `ggml_scale(Qcur)`) rather than
+    /// inside attention; the rounding differs, so this follows the reference graph.
+    pub scale_q: bool,
     /// Sliding-window layers.
     pub swa: Option<Swa>,
     /// Final logit soft-capping.
@@ -305,6 +308,105 @@ fn attend_f32(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
     }
 }
 
+/// `_mm512_reduce_add_ps` / the AVX2 `hadd` sequence of ggml's `ggml_vec_soft_max_f32`
+/// over one chunk of 16 (or 8) lanes.
+fn reduce_chunk(v: &[f32], layout: ops::DotLayout) -> f32 {
+    match layout {
+        ops::DotLayout::Avx512 => {
+            let t3: Vec<f32> = (0..8).map(|i| v[8 + i] + v[i]).collect();
+            let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
+            (t6[0] + t6[2]) + (t6[1] + t6[3])
+        }
+        ops::DotLayout::Avx2 => {
+            let t = [v[4] + v[0], v[5] + v[1], v[6] + v[2], v[7] + v[3]];
+            (t[0] + t[2]) + (t[1] + t[3])
+        }
+    }
+}
+
+/// One query row as ggml's tiled flash attention (`flash_attn_ext_tiled`, batches of 64+
+/// rows) computes it: KV tiles of 64, K·q and P·V as FMA chains (`simd_gemm`), per-tile
+/// online softmax with ggml's polynomial exp, sums in f64 per 16-lane chunk.
+fn attend_tiled(h: &HeadView<'_>, q: &[f32], n_kv: usize, sc: &mut Scratch, out: &mut [f32]) {
+    const T: usize = 64;
+    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let layout = ops::native_dot_layout();
+    let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
+    sc.tmp.resize(T * hk.max(hv), 0.0);
+    sc.scores.resize(T, 0.0);
+    sc.acc.clear();
+    sc.acc.resize(hv, 0.0);
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    let mut ic = 0;
+    while ic < n_kv.min(pos + 1) {
+        let first = ic;
+        ic += T;
+        if first + T <= lo {
+            continue; // every cell of the tile is masked for this row
+        }
+        // K tile transposed: tmp[dk * T + tk]; cells past the cache end read as zero
+        for tk in 0..T {
+            let j = first + tk;
+            for dk in 0..hk {
+                sc.tmp[dk * T + tk] = 0.0;
+            }
+            if j < kc.n_rows() {
+                if let Some(kr) = kc.f16_slice(j, kvh * hk, hk) {
+                    for (dk, v) in kr.iter().enumerate() {
+                        sc.tmp[dk * T + tk] = v.to_f32();
+                    }
+                }
+            }
+        }
+        let kq = &mut sc.scores;
+        kq.fill(0.0);
+        ops::gemm_fma(kq, q, &sc.tmp[..hk * T], 1, hk, T);
+        ops::scale_inplace(kq, scale);
+        for (tk, x) in kq.iter_mut().enumerate() {
+            let j = first + tk;
+            *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
+        }
+        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+        if tile_max == f32::NEG_INFINITY {
+            continue;
+        }
+        let m_new = m.max(tile_max);
+        if m_new > m {
+            let ms = (m - m_new).exp();
+            ops::scale_inplace(&mut sc.acc, ms);
+            s *= ms;
+        }
+        m = m_new;
+        for x in kq.iter_mut() {
+            *x -= m_new;
+        }
+        ops::expf_ggml_inplace(kq);
+        let mut sum = 0.0f64;
+        for c in kq.chunks_exact(lanes) {
+            sum += reduce_chunk(c, layout) as f64;
+        }
+        s = ((s as f64) + sum) as f32;
+        // V tile: tmp[tk * hv + d]
+        for tk in 0..T {
+            let j = first + tk;
+            let row = &mut sc.tmp[tk * hv..(tk + 1) * hv];
+            row.fill(0.0);
+            if j < vc.n_rows() {
+                if let Some(vr) = vc.f16_slice(j, kvh * hv, hv) {
+                    for (d, v) in row.iter_mut().zip(vr) {
+                        *d = v.to_f32();
+                    }
+                }
+            }
+        }
+        ops::gemm_fma(&mut sc.acc, kq, &sc.tmp[..T * hv], 1, T, hv);
+    }
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for (o, v) in out.iter_mut().zip(&sc.acc) {
+        *o = v * inv;
+    }
+}
+
 /// One query head as ggml's `flash_attn_ext_f16_one_chunk` computes it over each chunk of
 /// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
 /// as `ggml_flash_attn_ext_reduce_partials`.
@@ -360,9 +462,9 @@ fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: 
         let m_new = m_fin.max(m);
         let (so, sn) = ((m_fin - m_new).exp(), (m - m_new).exp());
         for (o, v) in out.iter_mut().zip(&sc.acc) {
-            *o = *o * so + v * sn;
+            *o = o.mul_add(so, v * sn); // contracted as in ggml-cpu
         }
-        s_fin = s_fin * so + s * sn;
+        s_fin = s_fin.mul_add(so, s * sn);
         m_fin = m_new;
     }
     let inv = if s_fin == 0.0 { 0.0 } else { 1.0 / s_fin };
@@ -493,6 +595,12 @@ impl Transformer {
                 st.kv.k[il].write(p0 + t, &k[t * nkv * hk..(t + 1) * nkv * hk]);
                 st.kv.v[il].write(p0 + t, &v[t * nkv * hv..(t + 1) * nkv * hv]);
             }
+            let scale = if self.spec.scale_q {
+                ops::scale_inplace(&mut q, scale);
+                1.0
+            } else {
+                scale
+            };
             dump(&format!("Qrope-{il}"), &q);
             dump(&format!("Krope-{il}"), &k);
             // Attention, one (token, head) per task.
@@ -504,9 +612,11 @@ impl Transformer {
             // accumulate V in f16 with an online softmax, splitting a single query over
             // the threads once the (256-padded) KV length reaches 512. We follow both, so
             // logits track llama.cpp's own rounding.
-            let f16_path = n < 64 && kc.cache_type() == CacheType::F16 && vc.cache_type() == CacheType::F16;
+            let f16_kv = kc.cache_type() == CacheType::F16 && vc.cache_type() == CacheType::F16;
+            let f16_path = n < 64 && f16_kv;
+            let tiled = n >= 64 && f16_kv;
+            let n_kv_of = |pos: usize| st.kv.n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
             let nth = st.pool.n_threads();
-            let n_ctx = st.kv.n_ctx;
             {
                 let qref = &q;
                 let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
@@ -524,8 +634,10 @@ impl Transformer {
                         let src = &qref[(t * nh + head) * hk..(t * nh + head + 1) * hk];
                         let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
                         let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
-                        if f16_path {
-                            let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+                        if tiled {
+                            attend_tiled(&view, src, n_kv_of(pos), sc, &mut out);
+                        } else if f16_path {
+                            let n_kv = n_kv_of(pos);
                             let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
                             attend_f16(&view, src, chunk, sc, &mut out);
                         } else {

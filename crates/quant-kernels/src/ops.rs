@@ -92,6 +92,28 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     sc::dot_f16_ggml(a, b, layout)
 }
 
+/// `C[i][j] = fma-chain over k of B[k][j]·A[i][k]`, starting from `C`: ggml-cpu's
+/// `simd_gemm`, bit-identical (its flash-attention tiles use it for K·q and P·V).
+pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::gemm_fma(c, a, b, m, k, n);
+    }
+    sc::gemm_fma(c, a, b, m, k, n)
+}
+
+/// `x[i] = exp(x[i])` with ggml-cpu's polynomial `ggml_v_expf` (its softmax's exp),
+/// bit-identical; −∞ gives 0.
+pub fn expf_ggml_inplace(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::expf_ggml_inplace(x);
+    }
+    for v in x.iter_mut() {
+        *v = sc::expf_ggml(*v);
+    }
+}
+
 /// `y[i] += a·x[i]`.
 pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     let n = y.len().min(x.len());
@@ -145,7 +167,16 @@ pub fn softmax_inplace(x: &mut [f32]) {
 /// In place: `gate = silu(gate) · up` (llama.cpp's swiglu).
 pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
     let n = gate.len().min(up.len());
-    sc::silu_mul_inplace(&mut gate[..n], &up[..n]);
+    // ggml_vec_swiglu_f32: whole vectors use ggml_v_silu (x / (1 + v_expf(0 - x))), the
+    // tail the scalar ggml_silu_f32 (libm expf).
+    let lanes = if native_dot_layout() == DotLayout::Avx512 { 16 } else { 8 };
+    let nv = n - n % lanes;
+    let mut e: Vec<f32> = gate[..nv].iter().map(|&x| 0.0 - x).collect();
+    expf_ggml_inplace(&mut e);
+    for ((g, u), e) in gate[..nv].iter_mut().zip(&up[..nv]).zip(&e) {
+        *g = (*g / (1.0 + e)) * u;
+    }
+    sc::silu_mul_inplace(&mut gate[nv..n], &up[nv..n]);
 }
 
 /// In place: `gate = gelu(gate) · up` (geglu), GELU through ggml's f16 lookup table as

@@ -21,6 +21,7 @@ inventory::submit! {
             } else {
                 1.0 / (hp.head_k as f32).sqrt()
             });
+            spec.scale_q = true;
             spec.final_softcap = ld.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
             let window = ld.opt_u32("attention.sliding_window")?.unwrap_or(0) as usize;
             if window > 0 {

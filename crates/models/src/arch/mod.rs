@@ -27,6 +27,7 @@ pub(crate) fn base_spec(ld: &Loader<'_>, rope_mode: RopeMode) -> Result<Spec> {
         activation: Activation::Silu,
         embed_scale: None,
         attn_scale: ld.opt_f32("attention.scale")?.filter(|&s| s != 0.0),
+        scale_q: false,
         swa: None,
         final_softcap: None,
         moe_norm_weights: true,

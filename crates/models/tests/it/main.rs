@@ -138,6 +138,7 @@ models::inventory::submit! {
                 activation: models::transformer::Activation::Silu,
                 embed_scale: Some(2.0),
                 attn_scale: None,
+                scale_q: false,
                 swa: None,
                 final_softcap: Some(5.0),
                 moe_norm_weights: false,
@@ -174,4 +175,23 @@ fn an_unknown_tensor_type_is_named() {
     std::fs::write(&p, &bytes).unwrap();
     let err = models::load(&p).err().unwrap().to_string();
     assert!(err.contains("blk.0.attn_q.weight") && err.contains("99"), "{err}");
+}
+
+#[test]
+fn long_batches_take_the_tiled_attention_path_and_still_match_decoding() {
+    for arch in ["llama", "gemma3"] {
+        let (_d, p) = tmp("long.gguf");
+        write(&Tiny::new(arch), &p, None, &[]).unwrap();
+        let (_f, model) = models::load(&p).unwrap();
+        let tokens: Vec<u32> = (0..70u32).map(|i| (i * 13 + 5) % 50).collect();
+        let o = StateOptions { n_ctx: 128, n_threads: 2, ..Default::default() };
+        let mut st = model.new_state(&o).unwrap();
+        let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+        let mut st2 = model.new_state(&o).unwrap();
+        for (i, &t) in tokens.iter().enumerate() {
+            let l = model.forward(st2.as_mut(), &[t], Logits::Last).unwrap();
+            let d = max_rel_diff(&all[i * 50..(i + 1) * 50], &l);
+            assert!(d < 5e-3, "{arch}: position {i}: relative difference {d}");
+        }
+    }
 }

@@ -171,3 +171,52 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     }
     sum as f32
 }
+
+/// ggml-cpu's vectorized `ggml_v_expf` (the polynomial its softmax uses), one lane.
+pub fn expf_ggml(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // 0x1.715476p+0
+    let n = z - r;
+    let b = (-n).mul_add(f32::from_bits(0x35bf_be8e), (-n).mul_add(f32::from_bits(0x3f31_7200), x));
+    let u = b * b;
+    let j = f32::from_bits(0x3c07_2010)
+        .mul_add(b, f32::from_bits(0x3d2b_9f17))
+        .mul_add(u, f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)))
+        .mul_add(u, f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0));
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    scalef(j, n)
+}
+
+/// `_mm512_scalef_ps` for integral `n` in [-192, 192]: `j · 2ⁿ`, rounded once.
+pub fn scalef_pub(j: f32, n: f32) -> f32 {
+    scalef(j, n)
+}
+
+fn scalef(j: f32, n: f32) -> f32 {
+    let n = n as i32;
+    let pow2 = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
+    if (-126..=127).contains(&n) {
+        j * pow2(n)
+    } else if n > 127 {
+        (j * pow2(127)) * pow2(n - 127)
+    } else {
+        // scale in f64 and round once to f32
+        ((j as f64) * 2f64.powi(n)) as f32
+    }
+}
+
+/// `C[i][j] = fma-chain over k of B[k][j]·A[i][k]`, starting from `C[i][j]`: ggml-cpu's
+/// `simd_gemm` (`C` is `m×n`, `A` is `m×k`, `B` is `k×n`, all row-major).
+pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = c[i * n + j];
+            for kk in 0..k {
+                acc = b[kk * n + j].mul_add(a[i * k + kk], acc);
+            }
+            c[i * n + j] = acc;
+        }
+    }
+}

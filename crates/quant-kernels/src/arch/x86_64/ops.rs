@@ -304,3 +304,139 @@ mod dot_ggml_tests {
         }
     }
 }
+
+/// [`crate::scalar::ops::gemm_fma`] vectorized across `j` (each element keeps its own
+/// sequential FMA chain over `k`, so the result is bit-identical to the scalar twin).
+pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    assert!(c.len() >= m * n && a.len() >= m * k && b.len() >= k * n, "gemm_fma: short buffers");
+    if !has_avx2() {
+        return sc::gemm_fma(c, a, b, m, k, n);
+    }
+    // SAFETY: features checked; all indices stay below the lengths asserted above.
+    unsafe { gemm_fma_imp(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, k, n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm_fma_imp(c: *mut f32, a: *const f32, b: *const f32, m: usize, k: usize, n: usize) {
+    let n8 = n - n % 8;
+    for i in 0..m {
+        let mut j = 0;
+        while j < n8 {
+            let mut acc = _mm256_loadu_ps(c.add(i * n + j));
+            for kk in 0..k {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(b.add(kk * n + j)), _mm256_set1_ps(*a.add(i * k + kk)), acc);
+            }
+            _mm256_storeu_ps(c.add(i * n + j), acc);
+            j += 8;
+        }
+        while j < n {
+            let mut acc = *c.add(i * n + j);
+            for kk in 0..k {
+                acc = (*b.add(kk * n + j)).mul_add(*a.add(i * k + kk), acc);
+            }
+            *c.add(i * n + j) = acc;
+            j += 1;
+        }
+    }
+}
+
+/// [`crate::scalar::ops::expf_ggml`] on 8 lanes at a time, in place.
+pub fn expf_ggml_inplace(x: &mut [f32]) {
+    if !has_avx2() {
+        for v in x.iter_mut() {
+            *v = sc::expf_ggml(*v);
+        }
+        return;
+    }
+    // SAFETY: features checked; loads and stores stay below `x.len()`.
+    unsafe { expf_ggml_imp(x.as_mut_ptr(), x.len()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn expf_ggml_imp(x: *mut f32, len: usize) {
+    let r = _mm256_set1_ps(f32::from_bits(0x4b40_0000));
+    let mut i = 0;
+    while i + 8 <= len {
+        let v = _mm256_loadu_ps(x.add(i));
+        let z = _mm256_fmadd_ps(v, _mm256_set1_ps(f32::from_bits(0x3fb8_aa3b)), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(
+            n,
+            _mm256_set1_ps(f32::from_bits(0x35bf_be8e)),
+            _mm256_fnmadd_ps(n, _mm256_set1_ps(f32::from_bits(0x3f31_7200)), v),
+        );
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(
+                    _mm256_set1_ps(f32::from_bits(0x3c07_2010)),
+                    b,
+                    _mm256_set1_ps(f32::from_bits(0x3d2b_9f17)),
+                ),
+                u,
+                _mm256_fmadd_ps(
+                    _mm256_set1_ps(f32::from_bits(0x3e2a_af33)),
+                    b,
+                    _mm256_set1_ps(f32::from_bits(0x3eff_fedb)),
+                ),
+            ),
+            u,
+            _mm256_fmadd_ps(_mm256_set1_ps(f32::from_bits(0x3f7f_fff6)), b, _mm256_set1_ps(1.0)),
+        );
+        let mut jv = [0f32; 8];
+        let mut nv = [0f32; 8];
+        _mm256_storeu_ps(jv.as_mut_ptr(), j);
+        _mm256_storeu_ps(nv.as_mut_ptr(), n);
+        for l in 0..8 {
+            // scaling and the out-of-range lanes as the scalar twin (exact either way)
+            *x.add(i + l) = if nv[l].abs() > 192.0 {
+                if nv[l] <= 0.0 {
+                    0.0
+                } else {
+                    f32::INFINITY
+                }
+            } else {
+                sc::scalef_pub(jv[l], nv[l])
+            };
+        }
+        i += 8;
+    }
+    while i < len {
+        *x.add(i) = sc::expf_ggml(*x.add(i));
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tiled_tests {
+    use super::*;
+
+    #[test]
+    fn gemm_and_expf_match_their_scalar_twins() {
+        let mut s = 99u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+        };
+        let (m, k, n) = (5, 64, 67);
+        let a: Vec<f32> = (0..m * k).map(|_| r()).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| r()).collect();
+        let c0: Vec<f32> = (0..m * n).map(|_| r()).collect();
+        let (mut c1, mut c2) = (c0.clone(), c0.clone());
+        gemm_fma(&mut c1, &a, &b, m, k, n);
+        sc::gemm_fma(&mut c2, &a, &b, m, k, n);
+        assert_eq!(c1, c2);
+        let mut xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 900.0) * 0.13).collect();
+        xs.extend([f32::NEG_INFINITY, 0.0, -0.0, 88.0, -87.5, -100.0, -150.0]);
+        let want: Vec<f32> = xs.iter().map(|&x| sc::expf_ggml(x)).collect();
+        expf_ggml_inplace(&mut xs);
+        assert_eq!(
+            xs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+        for (x, w) in (0..1000).map(|i| (i as f32 - 900.0) * 0.13).zip(&want) {
+            let e = x.exp();
+            assert!((w - e).abs() <= 4e-7 * e.max(1e-30), "{x}: {w} vs {e}");
+        }
+    }
+}
