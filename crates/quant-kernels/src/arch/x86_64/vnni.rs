@@ -45,6 +45,15 @@ unsafe fn hsum_float_8(x: __m256) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
+unsafe fn hsum_i32_8(a: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
 unsafe fn f16_at(p: *const u8) -> f32 {
     let h = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
@@ -85,6 +94,12 @@ unsafe fn bits_32_x10(p: *const u8) -> __m256i {
 /// Per legacy weight type: block bytes, activation block bytes, offset of the activation
 /// quants, whether it has a min (`m·s` term), the unsigned offset of its quants.
 struct Legacy {
+    /// Accumulate like llama.cpp's repacked 8×8 kernels (`gemv/gemm_q4_b32_8x8_q8_0`):
+    /// per block the whole integer dot, then `acc = fma(Σ, d_w·d_x, acc)` in one float,
+    /// instead of `vec_dot`'s 8 lanes. llama.cpp repacks every q4_0 weight with a row
+    /// count divisible by 8 on AVX2 machines (all real model tensors), so that is the
+    /// arithmetic its results carry.
+    repack: bool,
     wb: usize,
     xb: usize,
     xq: usize,
@@ -92,11 +107,11 @@ struct Legacy {
     offset: i8,
 }
 
-const Q4_0: Legacy = Legacy { wb: 18, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: 8 };
-const Q4_1: Legacy = Legacy { wb: 20, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
-const Q5_0: Legacy = Legacy { wb: 22, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: 16 };
-const Q5_1: Legacy = Legacy { wb: 24, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
-const Q8_0: Legacy = Legacy { wb: Q8_0_BYTES, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: -128 };
+const Q4_0: Legacy = Legacy { repack: true, wb: 18, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: 8 };
+const Q4_1: Legacy = Legacy { repack: false, wb: 20, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
+const Q5_0: Legacy = Legacy { repack: false, wb: 22, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: 16 };
+const Q5_1: Legacy = Legacy { repack: false, wb: 24, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
+const Q8_0: Legacy = Legacy { repack: false, wb: Q8_0_BYTES, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: -128 };
 
 /// Per-tile activation data: scales as f32, `s` of Q8_1 as f32, `offset·Σx` lane sums.
 #[derive(Default)]
@@ -165,6 +180,7 @@ macro_rules! legacy_tile {
                 // result is bit-identical to ggml-cpu's vec_dot for the same activations.
                 let mut acc = [_mm256_setzero_ps(); T];
                 let mut summ = [0f32; T];
+                let mut accs = [0f32; T];
                 for b in 0..nb {
                     let wb = wr.add(b * l.wb);
                     let q = $unpack(wb);
@@ -179,6 +195,14 @@ macro_rules! legacy_tile {
                         // `-offset·Σx` as the initial accumulator: lanes of Σ (q - offset)·x.
                         let init = if l.offset != 0 { *p.off.get_unchecked(i) } else { _mm256_setzero_si256() };
                         let dot = _mm256_dpbusd_epi32(init, q, xq);
+                        if l.repack {
+                            let d = _mm_cvtss_f32(_mm256_castps256_ps128(_mm256_permutexvar_ps(
+                                _mm256_set1_epi32(t as i32),
+                                dd,
+                            )));
+                            accs[t] = (hsum_i32_8(dot) as f32).mul_add(d, accs[t]);
+                            continue;
+                        }
                         let d = _mm256_permutexvar_ps(_mm256_set1_epi32(t as i32), dd);
                         acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[t]);
                         if l.has_min {
@@ -187,7 +211,7 @@ macro_rules! legacy_tile {
                     }
                 }
                 for t in 0..T {
-                    let v = hsum_float_8(acc[t]) + summ[t];
+                    let v = if l.repack { accs[t] } else { hsum_float_8(acc[t]) + summ[t] };
                     *y.add((t0 + t) * y_stride + r) = v;
                 }
             }
