@@ -495,7 +495,9 @@ unsafe fn decode_q2_k(b: *const u8) -> KBlock {
 /// How a K type's constant terms enter the sum, each exactly as ggml's AVX2 kernel does
 /// it (so the float results are bit-identical): q6_K subtracts `32·Σ scale·bsum` from the
 /// integer lanes, q3_K subtracts `4·Σx` inside each product lane, q2_K adds the mins into
-/// the main accumulator first, q4_K keeps a 4-lane min accumulator, q5_K a scalar one.
+/// the main accumulator first, q5_K keeps a scalar min accumulator; q4_K follows
+/// llama.cpp's repacked 8×8 kernels (which it uses for every q4_K weight on AVX2 machines):
+/// per block one fma of the whole integer sum and one of the min sum, subtracted last.
 const MODE_Q6: u8 = 0;
 const MODE_Q3: u8 = 1;
 const MODE_Q2: u8 = 2;
@@ -554,7 +556,14 @@ macro_rules! k_tile {
                             );
                             let prod = _mm_madd_epi16(_mm256_castsi256_si128(kb.mn16), q8s);
                             if mode == MODE_Q4 {
-                                acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[t]);
+                                // llama.cpp repacks q4_K (8×8): whole-block integer sums,
+                                // one fma each for the scales and the mins, subtracted last.
+                                let z = _mm_setzero_si128();
+                                let im = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
+                                acc_m[t] = _mm_set_ss((im as f32).mul_add(kb.dmin * dx, _mm_cvtss_f32(acc_m[t])));
+                                let is = hsum_i32_8(sumi);
+                                summs[t] = (is as f32).mul_add(kb.d * dx, summs[t]);
+                                continue;
                             } else {
                                 let z = _mm_setzero_si128();
                                 let hs = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
@@ -567,9 +576,7 @@ macro_rules! k_tile {
                 for t in 0..T {
                     let mut v = hsum_float_8(acc[t]);
                     if mode == MODE_Q4 {
-                        let m = _mm_add_ps(acc_m[t], _mm_movehl_ps(acc_m[t], acc_m[t]));
-                        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-                        v += _mm_cvtss_f32(m);
+                        v = summs[t] - _mm_cvtss_f32(acc_m[t]);
                     } else if mode == MODE_Q5 {
                         v += summs[t];
                     }
