@@ -372,11 +372,25 @@ fn run_model(
             r.n_gen_ref = gen.len();
             let (our_ptoks, our_gen) = match (gguf, self_ctx.as_mut()) {
                 (Some(bin), _) => ours_greedy(bin, &target.path, prompt, threads)?,
-                (None, Some(c)) => (ptoks.clone(), c.greedy(&ptoks, N_GEN)?),
+                (None, Some(c)) => {
+                    let mut g = c.greedy(&ptoks, N_GEN)?;
+                    if g.last().is_some_and(|&t| model.is_eog(t)) {
+                        g.pop();
+                    }
+                    (ptoks.clone(), g)
+                }
                 (None, None) => unreachable!(),
             };
             r.tokens_same = our_ptoks == ptoks;
-            r.diverges_at = if r.tokens_same { first_diff(&gen, &our_gen) } else { Some(0) };
+            // `gguf run --json` lists the generated tokens without the end-of-generation
+            // token it stopped at (as llama-completion prints no text for it); compare
+            // llama.cpp's continuation without it. A different stop still shows up as a
+            // length difference.
+            let gen_cmp = match gen.split_last() {
+                Some((&last, rest)) if model.is_eog(last) => rest,
+                _ => &gen[..],
+            };
+            r.diverges_at = if r.tokens_same { first_diff(gen_cmp, &our_gen) } else { Some(0) };
             let mut seq = ptoks.clone();
             seq.extend_from_slice(&gen);
             let reference = ctx.logits_all(&seq)?;
