@@ -168,6 +168,7 @@ pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [
                     x: &xq[t0 * act_row..(t0 + nt) * act_row],
                     x_stride: act_row,
                     tokens: nt,
+                    batched: (n_tokens - n_tokens % 4).saturating_sub(t0).min(nt),
                 };
                 match k.tile {
                     Some(f) => f(&t, out, ys),

@@ -40,6 +40,11 @@ pub struct Tile<'a> {
     pub x_stride: usize,
     /// Number of activation rows (tokens) in the tile.
     pub tokens: usize,
+    /// How many of the tile's leading tokens llama.cpp would run through its 4-token
+    /// batched kernels (the first `n_tokens − n_tokens % 4` tokens of a `matmul` call);
+    /// the rest go through its one-token kernels. Only kernels that mirror llama.cpp's
+    /// repacked arithmetic (where the two differ) look at it.
+    pub batched: usize,
 }
 
 /// Converts one f32 activation row into the activation (`vec_dot_type`) format:

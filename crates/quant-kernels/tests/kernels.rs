@@ -134,6 +134,7 @@ fn tile_kernels_match_scalar_twins() {
                         x: &xq[..nt * xrow],
                         x_stride: xrow,
                         tokens: nt,
+                        batched: nt - nt % 4,
                     };
                     tile(&tl, &mut y, ys);
                     for tk in 0..nt {
@@ -327,7 +328,17 @@ fn matmul_prompt_sized_uses_token_blocks() {
         for tk in 0..n_tokens {
             let mut y1 = vec![0f32; rows];
             matmul(&pool, &w, &x[tk * cols..(tk + 1) * cols], 1, &mut y1).unwrap();
-            assert_eq!(&y[tk * rows..(tk + 1) * rows], &y1[..], "{name} token {tk}");
+            let yb = &y[tk * rows..(tk + 1) * rows];
+            // q4_K follows llama.cpp's repacked kernels, whose 4-token batches (the first
+            // n − n % 4 tokens) sum in another order than its one-token kernel: close there,
+            // identical for the remainder. Every other type: identical throughout.
+            if name == "q4_K" && tk < n_tokens - n_tokens % 4 {
+                for (a, b) in yb.iter().zip(&y1) {
+                    assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name} token {tk}: {a} vs {b}");
+                }
+            } else {
+                assert_eq!(yb, &y1[..], "{name} token {tk}");
+            }
         }
     }
 }

@@ -298,7 +298,7 @@ legacy_tile!(q8_0_tile, q8_0_imp, Q8_0, unpack_q8_0);
 /// `vec_dot` through a 1 × 1 tile.
 fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut y = [0f32];
-    tile(&Tile { n, w, w_stride: w.len(), rows: 1, x, x_stride: x.len(), tokens: 1 }, &mut y, 1);
+    tile(&Tile { n, w, w_stride: w.len(), rows: 1, x, x_stride: x.len(), tokens: 1, batched: 0 }, &mut y, 1);
     y[0]
 }
 
@@ -516,6 +516,7 @@ macro_rules! k_tile {
             nb: usize,
             x: *const u8,
             x_stride: usize,
+            batched: usize,
             t0: usize,
             y: *mut f32,
             y_stride: usize,
@@ -533,13 +534,15 @@ macro_rules! k_tile {
                         let xb = x.add((t0 + t) * x_stride + b * Q8_K_BYTES);
                         let dx = (xb as *const f32).read_unaligned();
                         let mut sumi = _mm256_setzero_si256();
+                        let mut sub = [_mm256_setzero_si256(); 8];
                         for k in 0..8 {
                             let xk = load256(xb.add(4 + 32 * k));
                             let mut p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), kb.q[k], xk);
                             if mode == MODE_Q3 {
                                 p = _mm256_sub_epi32(p, _mm256_dpbusd_epi32(_mm256_setzero_si256(), four, xk));
                             }
-                            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, kb.sv[k]));
+                            sub[k] = _mm256_mullo_epi32(p, kb.sv[k]);
+                            sumi = _mm256_add_epi32(sumi, sub[k]);
                         }
                         let dmin = -dx * kb.dmin;
                         if mode == MODE_Q6 {
@@ -555,6 +558,26 @@ macro_rules! k_tile {
                                 _mm256_extracti128_si256::<1>(q8sums),
                             );
                             let prod = _mm_madd_epi16(_mm256_castsi256_si128(kb.mn16), q8s);
+                            if mode == MODE_Q4 && t0 + t < batched {
+                                // llama.cpp's repacked 4-token gemm: one fma per 64-element
+                                // pair of sub-blocks, for the scales and for the mins.
+                                let pairs = _mm256_madd_epi16(q8sums, _mm256_set1_epi16(1));
+                                let mut m = [0i32; 8];
+                                _mm256_storeu_si256(m.as_mut_ptr() as *mut __m256i, pairs);
+                                let mut mn = [0i16; 16];
+                                _mm256_storeu_si256(mn.as_mut_ptr() as *mut __m256i, kb.mn16);
+                                let mut accm = _mm_cvtss_f32(acc_m[t]);
+                                let mut accs = summs[t];
+                                for sb in 0..4 {
+                                    let is = hsum_i32_8(_mm256_add_epi32(sub[2 * sb], sub[2 * sb + 1]));
+                                    accs = (is as f32).mul_add(kb.d * dx, accs);
+                                    let im = mn[2 * sb] as i32 * m[2 * sb] + mn[2 * sb + 1] as i32 * m[2 * sb + 1];
+                                    accm = (im as f32).mul_add(kb.dmin * dx, accm);
+                                }
+                                summs[t] = accs;
+                                acc_m[t] = _mm_set_ss(accm);
+                                continue;
+                            }
                             if mode == MODE_Q4 {
                                 // llama.cpp repacks q4_K (8×8): whole-block integer sums,
                                 // one fma each for the scales and the mins, subtracted last.
@@ -604,10 +627,10 @@ macro_rules! k_tile {
                 let mut t0 = 0;
                 while t0 < t.tokens {
                     match t.tokens - t0 {
-                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
-                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
-                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
-                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, t0, yp, y_stride),
+                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
+                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
+                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
+                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
                     }
                     t0 += 4;
                 }
