@@ -324,86 +324,108 @@ fn reduce_chunk(v: &[f32], layout: ops::DotLayout) -> f32 {
     }
 }
 
-/// One query row as ggml's tiled flash attention (`flash_attn_ext_tiled`, batches of 64+
-/// rows) computes it: KV tiles of 64, K·q and P·V as FMA chains (`simd_gemm`), per-tile
-/// online softmax with ggml's polynomial exp, sums in f64 per 16-lane chunk.
-fn attend_tiled(h: &HeadView<'_>, q: &[f32], n_kv: usize, sc: &mut Scratch, out: &mut [f32]) {
-    const T: usize = 64;
-    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+/// Rows and columns of one tiled-attention task.
+struct TileGeometry {
+    head: usize,
+    nh: usize,
+    kvh: usize,
+    hk: usize,
+    hv: usize,
+    scale: f32,
+    window: Option<usize>,
+    p0: usize,
+}
+
+/// ggml's flash-attention tile size (`GGML_FA_TILE_Q` = `GGML_FA_TILE_KV` = 64).
+const TILE: usize = 64;
+
+/// Query rows `rows` of one head as ggml's tiled flash attention (`flash_attn_ext_tiled`,
+/// batches of 64+ rows) computes them: KV tiles of 64 converted to f32 once, K·q and P·V as
+/// FMA chains (`simd_gemm`), per-row online softmax per tile with ggml's polynomial exp,
+/// sums in f64 per 16-lane (or 8-lane) chunk.
+fn attend_tiled(
+    kc: &CacheMatrix,
+    vc: &CacheMatrix,
+    g: &TileGeometry,
+    rows: std::ops::Range<usize>,
+    q: &[f32],
+    outs: &[Mutex<&mut [f32]>],
+) {
+    let TileGeometry { head, nh, kvh, hk, hv, scale, window, p0 } = *g;
+    let r = rows.len();
     let layout = ops::native_dot_layout();
     let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
-    sc.tmp.resize(T * hk.max(hv), 0.0);
-    sc.scores.resize(T, 0.0);
-    sc.acc.clear();
-    sc.acc.resize(hv, 0.0);
-    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-    let mut ic = 0;
-    while ic < n_kv.min(pos + 1) {
-        let first = ic;
-        ic += T;
-        if first + T <= lo {
-            continue; // every cell of the tile is masked for this row
-        }
-        // K tile transposed: tmp[dk * T + tk]; cells past the cache end read as zero
-        for tk in 0..T {
-            let j = first + tk;
-            for dk in 0..hk {
-                sc.tmp[dk * T + tk] = 0.0;
-            }
-            if j < kc.n_rows() {
-                if let Some(kr) = kc.f16_slice(j, kvh * hk, hk) {
-                    for (dk, v) in kr.iter().enumerate() {
-                        sc.tmp[dk * T + tk] = v.to_f32();
-                    }
-                }
-            }
-        }
-        let kq = &mut sc.scores;
-        kq.fill(0.0);
-        ops::gemm_fma(kq, q, &sc.tmp[..hk * T], 1, hk, T);
-        ops::scale_inplace(kq, scale);
-        for (tk, x) in kq.iter_mut().enumerate() {
-            let j = first + tk;
-            *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
-        }
-        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-        if tile_max == f32::NEG_INFINITY {
-            continue;
-        }
-        let m_new = m.max(tile_max);
-        if m_new > m {
-            let ms = (m - m_new).exp();
-            ops::scale_inplace(&mut sc.acc, ms);
-            s *= ms;
-        }
-        m = m_new;
-        for x in kq.iter_mut() {
-            *x -= m_new;
-        }
-        ops::expf_ggml_inplace(kq);
-        let mut sum = 0.0f64;
-        for c in kq.chunks_exact(lanes) {
-            sum += reduce_chunk(c, layout) as f64;
-        }
-        s = ((s as f64) + sum) as f32;
-        // V tile: tmp[tk * hv + d]
-        for tk in 0..T {
-            let j = first + tk;
-            let row = &mut sc.tmp[tk * hv..(tk + 1) * hv];
-            row.fill(0.0);
-            if j < vc.n_rows() {
-                if let Some(vr) = vc.f16_slice(j, kvh * hv, hv) {
-                    for (d, v) in row.iter_mut().zip(vr) {
-                        *d = v.to_f32();
-                    }
-                }
-            }
-        }
-        ops::gemm_fma(&mut sc.acc, kq, &sc.tmp[..T * hv], 1, T, hv);
+    let pos_of = |i: usize| p0 + rows.start + i;
+    let lo_of = |i: usize| window.map_or(0, |w| (pos_of(i) + 1).saturating_sub(w));
+    let mut qt = vec![0f32; r * hk];
+    for i in 0..r {
+        let t = rows.start + i;
+        qt[i * hk..(i + 1) * hk].copy_from_slice(&q[(t * nh + head) * hk..(t * nh + head + 1) * hk]);
     }
-    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    for (o, v) in out.iter_mut().zip(&sc.acc) {
-        *o = v * inv;
+    let (mut kt, mut vt, mut kq) = (vec![0f32; hk * TILE], vec![0f32; TILE * hv], vec![0f32; r * TILE]);
+    let mut acc = vec![0f32; r * hv];
+    let (mut m, mut s) = (vec![f32::NEG_INFINITY; r], vec![0f32; r]);
+    let max_pos = pos_of(r - 1);
+    let min_lo = (0..r).map(lo_of).min().unwrap_or(0);
+    let mut ic = 0;
+    while ic <= max_pos {
+        let first = ic;
+        ic += TILE;
+        if first + TILE <= min_lo {
+            continue; // every cell of the tile is masked for every row
+        }
+        for tk in 0..TILE {
+            let j = first + tk;
+            let kr = if j < kc.n_rows() { kc.f16_slice(j, kvh * hk, hk) } else { None };
+            let vr = if j < vc.n_rows() { vc.f16_slice(j, kvh * hv, hv) } else { None };
+            for dk in 0..hk {
+                kt[dk * TILE + tk] = kr.map_or(0.0, |k| k[dk].to_f32());
+            }
+            for (d, x) in vt[tk * hv..(tk + 1) * hv].iter_mut().enumerate() {
+                *x = vr.map_or(0.0, |v| v[d].to_f32());
+            }
+        }
+        kq.fill(0.0);
+        ops::gemm_fma(&mut kq, &qt, &kt, r, hk, TILE);
+        ops::scale_inplace(&mut kq, scale);
+        for i in 0..r {
+            let (lo, pos) = (lo_of(i), pos_of(i));
+            let row = &mut kq[i * TILE..(i + 1) * TILE];
+            for (tk, x) in row.iter_mut().enumerate() {
+                let j = first + tk;
+                *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
+            }
+            let tile_max = row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+            if tile_max == f32::NEG_INFINITY {
+                row.fill(0.0);
+                continue;
+            }
+            let m_new = m[i].max(tile_max);
+            if m_new > m[i] {
+                let ms = (m[i] - m_new).exp();
+                ops::scale_inplace(&mut acc[i * hv..(i + 1) * hv], ms);
+                s[i] *= ms;
+            }
+            m[i] = m_new;
+            for x in row.iter_mut() {
+                *x -= m_new;
+            }
+            ops::expf_ggml_inplace(row);
+            let mut sum = 0.0f64;
+            for c in row.chunks_exact(lanes) {
+                sum += reduce_chunk(c, layout) as f64;
+            }
+            s[i] = ((s[i] as f64) + sum) as f32;
+        }
+        ops::gemm_fma(&mut acc, &kq, &vt, r, TILE, hv);
+    }
+    for i in 0..r {
+        let inv = if s[i] == 0.0 { 0.0 } else { 1.0 / s[i] };
+        let t = rows.start + i;
+        let mut out = outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner());
+        for (o, v) in out.iter_mut().zip(&acc[i * hv..(i + 1) * hv]) {
+            *o = v * inv;
+        }
     }
 }
 
@@ -617,7 +639,18 @@ impl Transformer {
             let tiled = n >= 64 && f16_kv;
             let n_kv_of = |pos: usize| st.kv.n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
             let nth = st.pool.n_threads();
-            {
+            if tiled {
+                // one task per (head, tile of 64 query rows): each K/V tile is converted once
+                let qref = &q;
+                let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
+                let n_qt = n.div_ceil(TILE);
+                st.pool.for_each(nh * n_qt, &|i| {
+                    let (head, qt) = (i % nh, i / nh);
+                    let rows = qt * TILE..(qt * TILE + TILE).min(n);
+                    let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
+                    attend_tiled(kc, vc, &geo, rows, qref, &outs);
+                });
+            } else {
                 let qref = &q;
                 let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
                 st.pool.for_each(n * nh, &|i| {
@@ -634,9 +667,7 @@ impl Transformer {
                         let src = &qref[(t * nh + head) * hk..(t * nh + head + 1) * hk];
                         let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
                         let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
-                        if tiled {
-                            attend_tiled(&view, src, n_kv_of(pos), sc, &mut out);
-                        } else if f16_path {
+                        if f16_path {
                             let n_kv = n_kv_of(pos);
                             let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
                             attend_f16(&view, src, chunk, sc, &mut out);
