@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use gguf_format::GgufFile;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use quant_kernels::{matmul, ops, Matrix, Pool};
 
 use crate::hparams::Hparams;
@@ -363,6 +364,7 @@ fn attend_tiled(
         qt[i * hk..(i + 1) * hk].copy_from_slice(&q[(t * nh + head) * hk..(t * nh + head + 1) * hk]);
     }
     let (mut kt, mut vt, mut kq) = (vec![0f32; hk * TILE], vec![0f32; TILE * hv], vec![0f32; r * TILE]);
+    let mut krow = vec![0f32; hk];
     let mut acc = vec![0f32; r * hv];
     let (mut m, mut s) = (vec![f32::NEG_INFINITY; r], vec![0f32; r]);
     let max_pos = pos_of(r - 1);
@@ -378,11 +380,17 @@ fn attend_tiled(
             let j = first + tk;
             let kr = if j < kc.n_rows() { kc.f16_slice(j, kvh * hk, hk) } else { None };
             let vr = if j < vc.n_rows() { vc.f16_slice(j, kvh * hv, hv) } else { None };
-            for dk in 0..hk {
-                kt[dk * TILE + tk] = kr.map_or(0.0, |k| k[dk].to_f32());
+            match kr {
+                Some(k) => k.convert_to_f32_slice(&mut krow),
+                None => krow.fill(0.0),
             }
-            for (d, x) in vt[tk * hv..(tk + 1) * hv].iter_mut().enumerate() {
-                *x = vr.map_or(0.0, |v| v[d].to_f32());
+            for (dk, x) in krow.iter().enumerate() {
+                kt[dk * TILE + tk] = *x;
+            }
+            let vdst = &mut vt[tk * hv..(tk + 1) * hv];
+            match vr {
+                Some(v) => v.convert_to_f32_slice(vdst),
+                None => vdst.fill(0.0),
             }
         }
         kq.fill(0.0);

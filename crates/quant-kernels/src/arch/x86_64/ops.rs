@@ -318,10 +318,60 @@ pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usiz
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemm_fma_imp(c: *mut f32, a: *const f32, b: *const f32, m: usize, k: usize, n: usize) {
-    let n8 = n - n % 8;
-    for i in 0..m {
+    // Register blocking (4 rows x 16 columns) changes nothing in any element's own
+    // sequential FMA chain over `k`.
+    let n16 = n - n % 16;
+    let m4 = m - m % 4;
+    let mut i = 0;
+    while i < m4 {
         let mut j = 0;
-        while j < n8 {
+        while j < n16 {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for (r, accr) in acc.iter_mut().enumerate() {
+                accr[0] = _mm256_loadu_ps(c.add((i + r) * n + j));
+                accr[1] = _mm256_loadu_ps(c.add((i + r) * n + j + 8));
+            }
+            for kk in 0..k {
+                let b0 = _mm256_loadu_ps(b.add(kk * n + j));
+                let b1 = _mm256_loadu_ps(b.add(kk * n + j + 8));
+                for (r, accr) in acc.iter_mut().enumerate() {
+                    let av = _mm256_set1_ps(*a.add((i + r) * k + kk));
+                    accr[0] = _mm256_fmadd_ps(b0, av, accr[0]);
+                    accr[1] = _mm256_fmadd_ps(b1, av, accr[1]);
+                }
+            }
+            for (r, accr) in acc.iter().enumerate() {
+                _mm256_storeu_ps(c.add((i + r) * n + j), accr[0]);
+                _mm256_storeu_ps(c.add((i + r) * n + j + 8), accr[1]);
+            }
+            j += 16;
+        }
+        if j < n {
+            gemm_fma_rows(c, a, b, i, i + 4, j, k, n);
+        }
+        i += 4;
+    }
+    if i < m {
+        gemm_fma_rows(c, a, b, i, m, 0, k, n);
+    }
+}
+
+/// Rows `i0..i1`, columns `j0..n` of [`gemm_fma_imp`], 8 lanes then scalar.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_fma_rows(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    i0: usize,
+    i1: usize,
+    j0: usize,
+    k: usize,
+    n: usize,
+) {
+    for i in i0..i1 {
+        let mut j = j0;
+        while j + 8 <= n {
             let mut acc = _mm256_loadu_ps(c.add(i * n + j));
             for kk in 0..k {
                 acc = _mm256_fmadd_ps(_mm256_loadu_ps(b.add(kk * n + j)), _mm256_set1_ps(*a.add(i * k + kk)), acc);
@@ -418,14 +468,15 @@ mod tiled_tests {
             s = s.wrapping_mul(1664525).wrapping_add(1013904223);
             (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
         };
-        let (m, k, n) = (5, 64, 67);
-        let a: Vec<f32> = (0..m * k).map(|_| r()).collect();
-        let b: Vec<f32> = (0..k * n).map(|_| r()).collect();
-        let c0: Vec<f32> = (0..m * n).map(|_| r()).collect();
-        let (mut c1, mut c2) = (c0.clone(), c0.clone());
-        gemm_fma(&mut c1, &a, &b, m, k, n);
-        sc::gemm_fma(&mut c2, &a, &b, m, k, n);
-        assert_eq!(c1, c2);
+        for (m, k, n) in [(5, 64, 67), (64, 64, 64), (9, 7, 16), (1, 256, 64), (4, 3, 5)] {
+            let a: Vec<f32> = (0..m * k).map(|_| r()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| r()).collect();
+            let c0: Vec<f32> = (0..m * n).map(|_| r()).collect();
+            let (mut c1, mut c2) = (c0.clone(), c0.clone());
+            gemm_fma(&mut c1, &a, &b, m, k, n);
+            sc::gemm_fma(&mut c2, &a, &b, m, k, n);
+            assert_eq!(c1, c2, "{m}x{k}x{n}");
+        }
         let mut xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 900.0) * 0.13).collect();
         xs.extend([f32::NEG_INFINITY, 0.0, -0.0, 88.0, -87.5, -100.0, -150.0]);
         let want: Vec<f32> = xs.iter().map(|&x| sc::expf_ggml(x)).collect();
