@@ -701,7 +701,10 @@ impl Transformer {
                     self.mm(&st.pool, up, &h, n, &mut k)?;
                     add_bias(&mut q, b_gate);
                     add_bias(&mut k, b_up);
+                    dump(&format!("ffn_gate-{il}"), &q);
+                    dump(&format!("ffn_up-{il}"), &k);
                     self.activate(&mut q, &k);
+                    dump(&format!("ffn_act-{il}"), &q);
                     self.mm(&st.pool, down, &q, n, &mut a)?;
                     add_bias(&mut a, b_down);
                 }
