@@ -37,6 +37,20 @@ fn sort_key(name: &str) -> (i64, usize, String) {
     }
 }
 
+/// llama.cpp's other names for a node of ours (by base name, before `-<layer>`): the
+/// activation is `ffn_swiglu` / `ffn_geglu`, a MoE block's output `ffn_moe_out`, gemma's
+/// scaled embeddings `inp_scaled`, roped Q/K the later `Qcur` / `Kcur` occurrences.
+fn aliases(base: &str) -> &'static [&'static str] {
+    match base {
+        "ffn_act" => &["ffn_swiglu", "ffn_geglu", "ffn_gelu", "ffn_silu"],
+        "ffn_out" => &["ffn_moe_out"],
+        "embd" => &["inp_scaled"],
+        "Qrope" => &["Qcur"],
+        "Krope" => &["Kcur"],
+        _ => &[],
+    }
+}
+
 /// One compared node.
 #[derive(Debug, Clone)]
 pub struct NodeDiff {
@@ -125,7 +139,19 @@ pub fn layer_diff(ll: &Llama, model: &Path, tokens: &[Token], threads: usize, gg
     for (name, path) in &ours {
         let bytes = fs::read(path)?;
         let v: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        if let Some(d) = theirs.get(name).and_then(|t| compare_node(name, &v, t, tokens.len())) {
+        let (base, layer) = match name.rsplit_once('-') {
+            Some((b, l)) if l.parse::<u32>().is_ok() => (b, Some(l)),
+            _ => (name.as_str(), None),
+        };
+        let mut cands: Vec<(String, &Dumped)> = theirs.get(name).cloned().unwrap_or_default();
+        for alt in aliases(base) {
+            let alt_name = match layer {
+                Some(l) => format!("{alt}-{l}"),
+                None => alt.to_string(),
+            };
+            cands.extend(theirs.get(&alt_name).cloned().unwrap_or_default());
+        }
+        if let Some(d) = compare_node(name, &v, &cands, tokens.len()) {
             rows.push(d);
         } else {
             rows.push(NodeDiff {
