@@ -84,9 +84,7 @@ fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
     let mut weight = [0f32; 16];
     let mut xval = [0f32; 16];
     let mut l = [0i8; 16];
-    let mut laux = [0i8; 16];
     let mut waux = [0f32; 16];
-    let mut is_on_grid_aux = [true; 2];
     let mut block_signs = [0u8; 2];
 
     y[..TS].fill(0);
@@ -136,47 +134,9 @@ fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
             scales[ib] = 0.0;
             continue;
         }
-        let mut best = 0f32;
         let mut scale = max / (2 * K_MAX_Q - 1) as f32;
         let mut is_on_grid = [true; 2];
-        for is in -9i32..=9 {
-            let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.1) / max;
-            let this_scale = 1.0 / id;
-            for k in 0..2 {
-                let mut u = 0usize;
-                for i in 0..8 {
-                    let li = nearest_int(0.5 * (id * xval[8 * k + i] - 1.0));
-                    laux[8 * k + i] = 0.max((K_MAX_Q - 1).min(li)) as i8;
-                    u |= (laux[8 * k + i] as usize) << (2 * i);
-                }
-                let m = g.map[u];
-                is_on_grid_aux[k] = true;
-                if m < 0 {
-                    is_on_grid_aux[k] = false;
-                    g.find_best_neighbour(
-                        m,
-                        &xval[8 * k..8 * k + 8],
-                        &waux[8 * k..8 * k + 8],
-                        this_scale,
-                        &mut laux[8 * k..8 * k + 8],
-                    );
-                }
-            }
-            let mut sumqx = 0f32;
-            let mut sumq2 = 0f32;
-            for i in 0..16 {
-                let w = weight[i];
-                let q = (2 * laux[i] as i32 + 1) as f32;
-                sumqx += w * xval[i] * q;
-                sumq2 += w * q * q;
-            }
-            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                scale = sumqx / sumq2;
-                best = scale * sumqx;
-                l = laux;
-                is_on_grid = is_on_grid_aux;
-            }
-        }
+        g.scan_scale(&xval, &weight, &waux, (K_MAX_Q, 2), (9, 0.1, max), &mut scale, &mut l, &mut is_on_grid);
         if is_on_grid.iter().any(|&b| !b) && scale > 0.0 {
             let id = 1.0 / scale;
             for k in 0..2 {

@@ -105,7 +105,6 @@ fn quantize_block(xbl: &[f32], qw: &[f32], y: &mut [u8]) {
     let mut weight = [0f32; 32];
     let mut xval = [0f32; 32];
     let mut l = [0i8; 32];
-    let mut laux = [0i8; 32];
     let mut waux = [0f32; 32];
     let mut block_signs = [0u8; 4];
     let mut q2 = [0u32; 2 * (QK_K / 32)];
@@ -149,42 +148,8 @@ fn quantize_block(xbl: &[f32], qw: &[f32], y: &mut [u8]) {
             l.fill(0);
             continue;
         }
-        let mut best = 0f32;
-        for is in -6i32..=6 {
-            let id = ((2 * K_MAX_Q - 1) as f32 + is as f32 * 0.1) / eff_max;
-            let this_scale = 1.0 / id;
-            for k in 0..4 {
-                let mut u = 0usize;
-                for i in 0..8 {
-                    let li = nearest_int(0.5 * (id * xval[8 * k + i] - 1.0));
-                    laux[8 * k + i] = 0.max((K_MAX_Q - 1).min(li)) as i8;
-                    u |= (laux[8 * k + i] as usize) << (2 * i);
-                }
-                let m = g.map[u];
-                if m < 0 {
-                    g.find_best_neighbour(
-                        m,
-                        &xval[8 * k..8 * k + 8],
-                        &waux[8 * k..8 * k + 8],
-                        this_scale,
-                        &mut laux[8 * k..8 * k + 8],
-                    );
-                }
-            }
-            let mut sumqx = 0f32;
-            let mut sumq2 = 0f32;
-            for i in 0..32 {
-                let w = weight[i];
-                let q = (2 * laux[i] as i32 + 1) as f32;
-                sumqx += w * xval[i] * q;
-                sumq2 += w * q * q;
-            }
-            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                scale = sumqx / sumq2;
-                best = scale * sumqx;
-                l = laux;
-            }
-        }
+        let mut on_grid = [true; 4];
+        g.scan_scale(&xval, &weight, &waux, (K_MAX_Q, 2), (6, 0.1, eff_max), &mut scale, &mut l, &mut on_grid);
         if scale > 0.0 {
             let id = 1.0 / scale;
             for k in 0..4 {

@@ -20,6 +20,8 @@
 
 use std::sync::OnceLock;
 
+use crate::util::nearest_int;
+
 use super::iq_tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 /// A lattice grid and its search tables (see the module docs).
@@ -86,6 +88,61 @@ impl<const N: usize> IqGrid<N> {
         let start = (-map_value - 1) as usize;
         let n = self.neighbours[start] as usize;
         &self.neighbours[start + 1..start + 1 + n]
+    }
+
+    /// The scale scan every IQ2/IQ3 quantizer runs per block (ggml writes it out once per
+    /// type): for `is` in `-steps..=steps`, quantize the groups of `N` at inverse scale
+    /// `(2·kmax − 1 + is·step) / max` (`bits` per level), snap groups off the grid to their
+    /// best neighbour, and keep the weighted least-squares scale that fits best. Updates
+    /// `scale`, `l` and `on_grid` only when a candidate wins, as ggml does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan_scale(
+        &self,
+        xval: &[f32],
+        weight: &[f32],
+        waux: &[f32],
+        (kmax, bits): (i32, u32),
+        (steps, step, max): (i32, f32, f32),
+        scale: &mut f32,
+        l: &mut [i8],
+        on_grid: &mut [bool],
+    ) {
+        let n = xval.len();
+        let mut laux = [0i8; 32];
+        let mut on_grid_aux = [true; 8];
+        let mut best = 0f32;
+        for is in -steps..=steps {
+            let id = ((2 * kmax - 1) as f32 + is as f32 * step) / max;
+            let this_scale = 1.0 / id;
+            for k in 0..n / N {
+                let g = N * k..N * k + N;
+                let mut u = 0usize;
+                for i in 0..N {
+                    let li = nearest_int(0.5 * (id * xval[N * k + i] - 1.0));
+                    laux[N * k + i] = 0.max((kmax - 1).min(li)) as i8;
+                    u |= (laux[N * k + i] as usize) << (bits as usize * i);
+                }
+                let m = self.map[u];
+                on_grid_aux[k] = m >= 0;
+                if m < 0 {
+                    self.find_best_neighbour(m, &xval[g.clone()], &waux[g.clone()], this_scale, &mut laux[g]);
+                }
+            }
+            let mut sumqx = 0f32;
+            let mut sumq2 = 0f32;
+            for i in 0..n {
+                let w = weight[i];
+                let q = (2 * laux[i] as i32 + 1) as f32;
+                sumqx += w * xval[i] * q;
+                sumq2 += w * q * q;
+            }
+            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                *scale = sumqx / sumq2;
+                best = *scale * sumqx;
+                l.copy_from_slice(&laux[..n]);
+                on_grid.copy_from_slice(&on_grid_aux[..n / N]);
+            }
+        }
     }
 
     /// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: the candidate minimising
