@@ -137,41 +137,7 @@ fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
         let mut scale = max / (2 * K_MAX_Q - 1) as f32;
         let mut is_on_grid = [true; 2];
         g.scan_scale(&xval, &weight, &waux, (K_MAX_Q, 2), (9, 0.1, max), &mut scale, &mut l, &mut is_on_grid);
-        if is_on_grid.iter().any(|&b| !b) && scale > 0.0 {
-            let id = 1.0 / scale;
-            for k in 0..2 {
-                if is_on_grid[k] {
-                    continue;
-                }
-                let mut u = 0usize;
-                for i in 0..8 {
-                    let li = 0.max((K_MAX_Q - 1).min(nearest_int(0.5 * (id * xval[8 * k + i] - 1.0))));
-                    u |= (li as usize) << (2 * i);
-                    l[8 * k + i] = li as i8;
-                }
-                let m = g.map[u];
-                if m < 0 {
-                    g.find_best_neighbour(
-                        m,
-                        &xval[8 * k..8 * k + 8],
-                        &waux[8 * k..8 * k + 8],
-                        scale,
-                        &mut l[8 * k..8 * k + 8],
-                    );
-                }
-            }
-            let mut sumqx = 0f32;
-            let mut sumq2 = 0f32;
-            for i in 0..16 {
-                let w = weight[i];
-                let q = (2 * l[i] as i32 + 1) as f32;
-                sumqx += w * xval[i] * q;
-                sumq2 += w * q * q;
-            }
-            if sumq2 > 0.0 {
-                scale = sumqx / sumq2;
-            }
-        }
+        g.refit_off_grid(&xval, &weight, &waux, (K_MAX_Q, 2), false, &mut scale, &mut l, &is_on_grid);
         if scale < 0.0 {
             scale = -scale;
             for s in &mut block_signs {

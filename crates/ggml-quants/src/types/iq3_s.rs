@@ -151,42 +151,7 @@ fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
         let mut scale = max / (2 * K_MAX_Q - 1) as f32;
         let mut is_on_grid = [false; BS4];
         g.scan_scale(&xval, &weight, &waux, (K_MAX_Q, 3), (9, 0.2, max), &mut scale, &mut l, &mut is_on_grid);
-        if is_on_grid.iter().any(|&b| !b) && scale > 0.0 {
-            // ggml re-quantizes every group here, not only those off the grid.
-            let id = 1.0 / scale;
-            for k in 0..BS4 {
-                let mut u = 0usize;
-                for i in 0..4 {
-                    let li = 0.max((K_MAX_Q - 1).min(nearest_int(0.5 * (id * xval[4 * k + i] - 1.0))));
-                    u |= (li as usize) << (3 * i);
-                }
-                let mut gi = g.map[u];
-                if gi < 0 {
-                    gi = g.find_best_neighbour(
-                        gi,
-                        &xval[4 * k..4 * k + 4],
-                        &waux[4 * k..4 * k + 4],
-                        scale,
-                        &mut l[4 * k..4 * k + 4],
-                    ) as i32;
-                }
-                let pg = &g.grid[gi as usize];
-                for i in 0..4 {
-                    l[4 * k + i] = (pg[i] - 1) / 2;
-                }
-            }
-            let mut sumqx = 0f32;
-            let mut sumq2 = 0f32;
-            for i in 0..BS {
-                let w = weight[i];
-                let q = (2 * l[i] as i32 + 1) as f32;
-                sumqx += w * xval[i] * q;
-                sumq2 += w * q * q;
-            }
-            if sumq2 > 0.0 {
-                scale = sumqx / sumq2;
-            }
-        }
+        g.refit_off_grid(&xval, &weight, &waux, (K_MAX_Q, 3), true, &mut scale, &mut l, &is_on_grid);
         if scale < 0.0 {
             scale = -scale;
             for s in &mut block_signs {

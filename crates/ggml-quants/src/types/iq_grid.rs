@@ -145,6 +145,55 @@ impl<const N: usize> IqGrid<N> {
         }
     }
 
+    /// After [`IqGrid::scan_scale`]: when some group's best levels were off the grid,
+    /// re-quantize the groups (only those off the grid, or every group with `all`, as
+    /// ggml's iq3_s does) at the chosen scale, snap to the grid, and refit the scale.
+    #[allow(clippy::too_many_arguments)]
+    pub fn refit_off_grid(
+        &self,
+        xval: &[f32],
+        weight: &[f32],
+        waux: &[f32],
+        (kmax, bits): (i32, u32),
+        all: bool,
+        scale: &mut f32,
+        l: &mut [i8],
+        on_grid: &[bool],
+    ) {
+        if !(on_grid.iter().any(|&b| !b) && *scale > 0.0) {
+            return;
+        }
+        let n = xval.len();
+        let id = 1.0 / *scale;
+        for k in 0..n / N {
+            if on_grid[k] && !all {
+                continue;
+            }
+            let g = N * k..N * k + N;
+            let mut u = 0usize;
+            for i in 0..N {
+                let li = 0.max((kmax - 1).min(nearest_int(0.5 * (id * xval[N * k + i] - 1.0))));
+                u |= (li as usize) << (bits as usize * i);
+                l[N * k + i] = li as i8;
+            }
+            let m = self.map[u];
+            if m < 0 {
+                self.find_best_neighbour(m, &xval[g.clone()], &waux[g.clone()], *scale, &mut l[g]);
+            }
+        }
+        let mut sumqx = 0f32;
+        let mut sumq2 = 0f32;
+        for i in 0..n {
+            let w = weight[i];
+            let q = (2 * l[i] as i32 + 1) as f32;
+            sumqx += w * xval[i] * q;
+            sumq2 += w * q * q;
+        }
+        if sumq2 > 0.0 {
+            *scale = sumqx / sumq2;
+        }
+    }
+
     /// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: the candidate minimising
     /// `Σ w·(scale·q − x)²` (first on ties); writes its levels `(q − 1)/2` to `l`.
     #[inline]
