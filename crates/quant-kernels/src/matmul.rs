@@ -169,6 +169,8 @@ pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [
                     x_stride: act_row,
                     tokens: nt,
                     batched: (n_tokens - n_tokens % 4).saturating_sub(t0).min(nt),
+                    total_tokens: n_tokens,
+                    total_rows: rows,
                 };
                 match k.tile {
                     Some(f) => f(&t, out, ys),

@@ -45,6 +45,13 @@ pub struct Tile<'a> {
     /// the rest go through its one-token kernels. Only kernels that mirror llama.cpp's
     /// repacked arithmetic (where the two differ) look at it.
     pub batched: usize,
+    /// Tokens of the whole `matmul` call this tile belongs to. llama.cpp picks its
+    /// arithmetic per call (its tiled K-quant path from 8 tokens on), so kernels that
+    /// mirror it look at the call, not the tile.
+    pub total_tokens: usize,
+    /// Weight rows of the whole matrix (llama.cpp repacks only when they are a multiple
+    /// of 8).
+    pub total_rows: usize,
 }
 
 /// Converts one f32 activation row into the activation (`vec_dot_type`) format:

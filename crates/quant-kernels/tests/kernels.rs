@@ -135,6 +135,8 @@ fn tile_kernels_match_scalar_twins() {
                         x_stride: xrow,
                         tokens: nt,
                         batched: nt - nt % 4,
+                        total_tokens: nt,
+                        total_rows: rows,
                     };
                     tile(&tl, &mut y, ys);
                     for tk in 0..nt {

@@ -298,7 +298,22 @@ legacy_tile!(q8_0_tile, q8_0_imp, Q8_0, unpack_q8_0);
 /// `vec_dot` through a 1 × 1 tile.
 fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut y = [0f32];
-    tile(&Tile { n, w, w_stride: w.len(), rows: 1, x, x_stride: x.len(), tokens: 1, batched: 0 }, &mut y, 1);
+    tile(
+        &Tile {
+            n,
+            w,
+            w_stride: w.len(),
+            rows: 1,
+            x,
+            x_stride: x.len(),
+            tokens: 1,
+            batched: 0,
+            total_tokens: 1,
+            total_rows: 1,
+        },
+        &mut y,
+        1,
+    );
     y[0]
 }
 
@@ -505,7 +520,7 @@ const MODE_Q4: u8 = 3;
 const MODE_Q5: u8 = 4;
 
 macro_rules! k_tile {
-    ($name:ident, $dot:ident, $imp:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr) => {
+    ($name:ident, $dot:ident, $imp:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr, $tiled_if:expr) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -517,6 +532,7 @@ macro_rules! k_tile {
             x: *const u8,
             x_stride: usize,
             batched: usize,
+            tiled: bool,
             t0: usize,
             y: *mut f32,
             y_stride: usize,
@@ -543,6 +559,35 @@ macro_rules! k_tile {
                             }
                             sub[k] = _mm256_mullo_epi32(p, kb.sv[k]);
                             sumi = _mm256_add_epi32(sumi, sub[k]);
+                        }
+                        if tiled {
+                            // ggml-cpu's tiled K-quant matmul (batches of 8+ tokens):
+                            // per block the exact integer sums, one f32 product with the
+                            // weight scale, the mins folded in with one fnmadd, then one
+                            // fma with the activation scale into the running sum.
+                            let s1 = if mode == MODE_Q6 {
+                                let corr = _mm256_madd_epi16(load256(xb.add(260)), kb.sc16);
+                                hsum_i32_8(_mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(corr)))
+                            } else {
+                                hsum_i32_8(sumi)
+                            };
+                            let mut r = s1 as f32 * kb.d;
+                            if mode == MODE_Q2 {
+                                let s2 = hsum_i32_8(_mm256_madd_epi16(kb.mn16, load256(xb.add(260))));
+                                r = (-kb.dmin).mul_add(s2 as f32, r);
+                            } else if mode == MODE_Q4 || mode == MODE_Q5 {
+                                let q8sums = load256(xb.add(260));
+                                let q8s = _mm_hadd_epi16(
+                                    _mm256_extracti128_si256::<0>(q8sums),
+                                    _mm256_extracti128_si256::<1>(q8sums),
+                                );
+                                let prod = _mm_madd_epi16(_mm256_castsi256_si128(kb.mn16), q8s);
+                                let z = _mm_setzero_si128();
+                                let s2 = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
+                                r = (-kb.dmin).mul_add(s2 as f32, r);
+                            }
+                            summs[t] = r.mul_add(dx, summs[t]);
+                            continue;
                         }
                         let dmin = -dx * kb.dmin;
                         if mode == MODE_Q6 {
@@ -598,7 +643,9 @@ macro_rules! k_tile {
                 }
                 for t in 0..T {
                     let mut v = hsum_float_8(acc[t]);
-                    if mode == MODE_Q4 {
+                    if tiled {
+                        v = summs[t];
+                    } else if mode == MODE_Q4 {
                         v = summs[t] - _mm_cvtss_f32(acc_m[t]);
                     } else if mode == MODE_Q5 {
                         v += summs[t];
@@ -616,7 +663,9 @@ macro_rules! k_tile {
                 return;
             }
             let single: Option<crate::registry::VecDotFn> = $single;
-            if let (1, Some(f)) = (t.tokens, single) {
+            let tiled_if: fn(usize) -> bool = $tiled_if;
+            let tiled = t.total_tokens >= TILED_FROM && tiled_if(t.total_rows);
+            if let (1, Some(f), false) = (t.tokens, single, tiled) {
                 // One token: the AVX2 kernel's cheaper per-block decode wins.
                 return crate::matmul::tile_by_vec_dot(f, t, y, y_stride);
             }
@@ -627,10 +676,10 @@ macro_rules! k_tile {
                 let mut t0 = 0;
                 while t0 < t.tokens {
                     match t.tokens - t0 {
-                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
-                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
-                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
-                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, t0, yp, y_stride),
+                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
+                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
+                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
+                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
                     }
                     t0 += 4;
                 }
@@ -646,8 +695,22 @@ macro_rules! k_tile {
 
 use super::avx2;
 
-k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, MODE_Q2, Some(avx2::q2_k_q8_k));
-k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k));
-k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, MODE_Q4, None);
-k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, MODE_Q5, None);
-k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, MODE_Q6, None);
+/// From this many tokens in one `matmul` llama.cpp runs its tiled K-quant kernels
+/// (`ggml-cpu/tiled`, `ggml_tiled_min_batch`) for weights it has not repacked.
+const TILED_FROM: usize = 8;
+
+/// llama.cpp repacks q2_K (AVX-512) and q4_K (AVX2) weights whose row count is a
+/// multiple of 8; only the others reach its tiled kernels.
+fn unless_repacked(rows: usize) -> bool {
+    rows % 8 != 0
+}
+
+fn always(_rows: usize) -> bool {
+    true
+}
+
+k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, MODE_Q2, Some(avx2::q2_k_q8_k), unless_repacked);
+k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k), always);
+k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, MODE_Q4, None, unless_repacked);
+k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, MODE_Q5, None, always);
+k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, MODE_Q6, None, always);
