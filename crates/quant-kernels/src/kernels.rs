@@ -57,7 +57,7 @@ scalar_act!(F32, act::convert_f32);
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::arch::x86_64::{avx2, has_avx2, vnni};
+    use crate::arch::x86_64::{avx2, float512, has_avx2, vnni};
 
     macro_rules! avx2_kernel {
         ($ty:ty, $act:ty, $f:path) => {
@@ -115,6 +115,9 @@ mod x86 {
     vnni_kernel!(Q4K, Q8K, vnni::q4_k_q8_k, vnni::q4_k_tile);
     vnni_kernel!(Q5K, Q8K, vnni::q5_k_q8_k, vnni::q5_k_tile);
     vnni_kernel!(Q6K, Q8K, vnni::q6_k_q8_k, vnni::q6_k_tile);
+
+    vnni_kernel!(F32, F32, float512::f32_f32, float512::f32_tile);
+    vnni_kernel!(F16, F16, float512::f16_f16, float512::f16_tile);
 
     inventory::submit! {
         ActQuantizer { type_id: <Q8_0 as GgmlType>::ID, backend: "avx2", priority: 10, available: has_avx2, quantize: avx2::quantize_q8_0 }

@@ -279,3 +279,56 @@ pub fn bf16_bf16(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let s: f64 = w.chunks_exact(2).zip(x.chunks_exact(2)).map(|(a, b)| (bf(a) * bf(b)) as f64).sum();
     s as f32
 }
+
+/// `_mm512_reduce_add_ps` of 16 lanes (halves, then quarters, pairs, neighbours), as GCC
+/// and stdarch both expand it.
+pub fn reduce16(v: &[f32; 16]) -> f32 {
+    let mut t3 = [0f32; 8];
+    for i in 0..8 {
+        t3[i] = v[8 + i] + v[i];
+    }
+    let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
+    (t6[0] + t6[2]) + (t6[1] + t6[3])
+}
+
+/// `ggml_vec_dot_f32` of an AVX-512 build: 4 × 16 fused lanes over 64-element steps,
+/// `GGML_F32x16_REDUCE`, leftovers fused into the f32 sum.
+pub fn f32_f32_avx512(_n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let n = w.len().min(x.len()) / 4;
+    let np = n - n % 64;
+    let mut acc = [0f32; 64];
+    for i in (0..np).step_by(64) {
+        for (l, acc) in acc.iter_mut().enumerate() {
+            *acc = f32_at(w, 4 * (i + l)).mul_add(f32_at(x, 4 * (i + l)), *acc);
+        }
+    }
+    let mut s = super::ops::DotLayout::Avx512.reduce(&acc);
+    for i in np..n {
+        s = f32_at(w, 4 * i).mul_add(f32_at(x, 4 * i), s);
+    }
+    s
+}
+
+/// One output of llamafile's tinyBLAS (`llamafile_sgemm`, which llama.cpp uses for F32 ×
+/// F32 and F16 × F16 products of 2+ tokens when `k % 16 == 0` and the row count is a
+/// multiple of 4): one 16-lane fused accumulator over `k`, then [`reduce16`]. `elem`
+/// reads element `i` of a row.
+fn tinyblas_dot(n: usize, elem: impl Fn(&[u8], usize) -> f32, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = [0f32; 16];
+    for i in (0..n - n % 16).step_by(16) {
+        for (l, acc) in acc.iter_mut().enumerate() {
+            *acc = elem(w, i + l).mul_add(elem(x, i + l), *acc);
+        }
+    }
+    reduce16(&acc)
+}
+
+/// [`tinyblas_dot`] of f32 rows.
+pub fn f32_f32_tinyblas(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    tinyblas_dot(n, |b, i| f32_at(b, 4 * i), w, x)
+}
+
+/// [`tinyblas_dot`] of f16 rows.
+pub fn f16_f16_tinyblas(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    tinyblas_dot(n, |b, i| f16_at(b, 2 * i), w, x)
+}
