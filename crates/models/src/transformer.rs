@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use gguf_format::GgufFile;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use quant_kernels::{matmul, ops, Matrix, Pool};
+use quant_kernels::{matmul, matmul_expert, ops, Matrix, Pool};
 
 use crate::hparams::Hparams;
 use crate::kv_cache::{CacheMatrix, CacheType, KvCache};
@@ -770,7 +770,8 @@ impl Transformer {
             let sel = &idx[..k];
             let mut w: Vec<f32> = sel.iter().map(|&i| p[i]).collect();
             if self.spec.moe_norm_weights {
-                let sum: f32 = w.iter().sum::<f32>().max(6.103_515_6e-5);
+                // ggml_sum_rows (f64 accumulation), clamped to the smallest normal f16.
+                let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
                 for x in w.iter_mut() {
                     *x /= sum;
                 }
@@ -780,35 +781,47 @@ impl Transformer {
                     *x *= hp.expert_weights_scale;
                 }
             }
-            for (&ex, &wt) in sel.iter().zip(&w) {
-                routes[ex].push((t, wt));
+            for (slot, (&ex, &wt)) in sel.iter().zip(&w).enumerate() {
+                routes[ex].push((t * k + slot, wt));
             }
         }
-        out.clear();
-        out.resize(n * e, 0.0);
+        // Weighted expert outputs per (token, slot), summed in slot order afterwards as
+        // llama.cpp's chain of ggml_add does.
+        let mut weighted = vec![0f32; n * k * e];
         let (mut xs, mut g, mut u, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (ex, toks) in routes.iter().enumerate() {
             if toks.is_empty() {
                 continue;
             }
             xs.clear();
-            for &(t, _) in toks {
+            for &(ts, _) in toks {
+                let t = ts / k;
                 xs.extend_from_slice(&h[t * e..(t + 1) * e]);
             }
             let m = toks.len();
             let gm = expert_mat(&self.file, gate, ex, ne)?;
             g.resize(m * gm.rows(), 0.0);
-            matmul(&st.pool, &gm, &xs, m, &mut g)?;
+            matmul_expert(&st.pool, &gm, &xs, m, &mut g)?;
             let um = expert_mat(&self.file, up, ex, ne)?;
             u.resize(m * um.rows(), 0.0);
-            matmul(&st.pool, &um, &xs, m, &mut u)?;
+            matmul_expert(&st.pool, &um, &xs, m, &mut u)?;
             self.activate(&mut g, &u);
             let dm = expert_mat(&self.file, down, ex, ne)?;
             d.resize(m * e, 0.0);
-            matmul(&st.pool, &dm, &g, m, &mut d)?;
-            for (r, &(t, wt)) in toks.iter().enumerate() {
-                for (o, s) in out[t * e..(t + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
-                    *o += wt * s;
+            matmul_expert(&st.pool, &dm, &g, m, &mut d)?;
+            for (r, &(ts, wt)) in toks.iter().enumerate() {
+                for (o, s) in weighted[ts * e..(ts + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
+                    *o = s * wt;
+                }
+            }
+        }
+        out.clear();
+        out.resize(n * e, 0.0);
+        for (t, o) in out.chunks_exact_mut(e).enumerate() {
+            o.copy_from_slice(&weighted[t * k * e..][..e]);
+            for slot in 1..k {
+                for (o, w) in o.iter_mut().zip(&weighted[(t * k + slot) * e..][..e]) {
+                    *o += w;
                 }
             }
         }

@@ -128,6 +128,25 @@ thread_local! {
 /// row and dotted with the f32 activations. Work is split over `pool` by row blocks
 /// (few tokens) or token blocks (prompt processing).
 pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
+    matmul_imp(pool, w, x, n_tokens, y, false)
+}
+
+/// [`matmul`] for one expert of a mixture-of-experts layer (`x` holds the tokens routed
+/// to it). The product is the same; only the arithmetic llama.cpp's `MUL_MAT_ID` uses
+/// differs (repacked weights one token at a time, no tinyBLAS), which kernels that
+/// mirror it follow.
+pub fn matmul_expert(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
+    matmul_imp(pool, w, x, n_tokens, y, true)
+}
+
+fn matmul_imp(
+    pool: &Pool,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    expert: bool,
+) -> Result<(), Error> {
     let (rows, cols) = (w.rows, w.cols);
     let x_len = n_tokens.checked_mul(cols).ok_or(Error::Overflow { what: "activation length (n_tokens × cols)" })?;
     if x.len() != x_len {
@@ -168,9 +187,10 @@ pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [
                     x: &xq[t0 * act_row..(t0 + nt) * act_row],
                     x_stride: act_row,
                     tokens: nt,
-                    batched: (n_tokens - n_tokens % 4).saturating_sub(t0).min(nt),
+                    batched: if expert { 0 } else { (n_tokens - n_tokens % 4).saturating_sub(t0).min(nt) },
                     total_tokens: n_tokens,
                     total_rows: rows,
+                    expert,
                 };
                 match k.tile {
                     Some(f) => f(&t, out, ys),

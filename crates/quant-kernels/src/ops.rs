@@ -154,14 +154,32 @@ pub fn softmax_inplace(x: &mut [f32]) {
     if x.is_empty() {
         return;
     }
+    // ggml_compute_forward_soft_max_f32 / ggml_vec_soft_max_f32: whole vectors through
+    // ggml_v_expf, each vector's sum reduced as the SIMD code does and added in f64; the
+    // tail through libm expf; then one scale by (float)(1/sum).
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let layout = native_dot_layout();
+    let lanes = if layout == DotLayout::Avx512 { 16 } else { 8 };
+    let nv = x.len() - x.len() % lanes;
+    for v in x[..nv].iter_mut() {
+        *v -= max;
+    }
+    expf_ggml_inplace(&mut x[..nv]);
     let mut sum = 0f64;
-    for v in x.iter_mut() {
+    for c in x[..nv].chunks_exact(lanes) {
+        sum += match layout {
+            DotLayout::Avx512 => crate::scalar::dots::reduce16(c.try_into().expect("16 lanes")),
+            DotLayout::Avx2 => {
+                let h = [c[4] + c[0], c[5] + c[1], c[6] + c[2], c[7] + c[3]];
+                (h[0] + h[2]) + (h[1] + h[3])
+            }
+        } as f64;
+    }
+    for v in x[nv..].iter_mut() {
         *v = (*v - max).exp();
         sum += *v as f64;
     }
-    let s = (1.0 / sum) as f32;
-    scale_inplace(x, s);
+    scale_inplace(x, (1.0 / sum) as f32);
 }
 
 /// In place: `gate = silu(gate) · up` (llama.cpp's swiglu).

@@ -52,6 +52,9 @@ pub struct Tile<'a> {
     /// Weight rows of the whole matrix (llama.cpp repacks only when they are a multiple
     /// of 8).
     pub total_rows: usize,
+    /// The tile is part of an expert product (llama.cpp's `MUL_MAT_ID`), where repacked
+    /// weights run one token at a time and tinyBLAS is never used.
+    pub expert: bool,
 }
 
 /// Converts one f32 activation row into the activation (`vec_dot_type`) format:

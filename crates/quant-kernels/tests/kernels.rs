@@ -137,6 +137,7 @@ fn tile_kernels_match_scalar_twins() {
                         batched: nt - nt % 4,
                         total_tokens: nt,
                         total_rows: rows,
+                        expert: false,
                     };
                     tile(&tl, &mut y, ys);
                     for tk in 0..nt {

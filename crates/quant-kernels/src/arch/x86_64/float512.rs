@@ -16,7 +16,7 @@ use crate::scalar::ops::DotLayout;
 
 /// Whether llama.cpp computes this product with tinyBLAS rather than `vec_dot`.
 fn tinyblas_applies(t: &Tile<'_>) -> bool {
-    t.total_tokens >= 2 && t.n % 16 == 0 && t.total_rows % 4 == 0
+    !t.expert && t.total_tokens >= 2 && t.n % 16 == 0 && t.total_rows % 4 == 0
 }
 
 /// F32 × F32, one token: `ggml_vec_dot_f32` of an AVX-512 build.
@@ -175,7 +175,10 @@ mod tests {
             if n % 16 == 0 {
                 // SAFETY: features checked above; rows hold `n` elements, `n % 16 == 0`.
                 let (a, b) = unsafe {
-                    (tinyblas_imp::<false>(n, w.as_ptr(), x.as_ptr()), tinyblas_imp::<true>(n, wh.as_ptr(), xh.as_ptr()))
+                    (
+                        tinyblas_imp::<false>(n, w.as_ptr(), x.as_ptr()),
+                        tinyblas_imp::<true>(n, wh.as_ptr(), xh.as_ptr()),
+                    )
                 };
                 assert_eq!(a.to_bits(), sd::f32_f32_tinyblas(n, &w, &x).to_bits(), "tinyblas f32 n={n}");
                 assert_eq!(b.to_bits(), sd::f16_f16_tinyblas(n, &wh, &xh).to_bits(), "tinyblas f16 n={n}");

@@ -310,6 +310,7 @@ fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &
             batched: 0,
             total_tokens: 1,
             total_rows: 1,
+            expert: false,
         },
         &mut y,
         1,
