@@ -1,5 +1,6 @@
-//! For types whose llama.cpp CPU path is the per-(row, token) `vec_dot` (no repacking on
-//! x86), a token's output must not depend on how many tokens share the batch.
+//! llama.cpp's CPU arithmetic for a token's output depends on the batch only through the
+//! path ggml-cpu picks for the whole product (`vec_dot`, repacked 4-token kernels, tiled
+//! K-quant kernels from 8 tokens); within one path it must not depend on the batch.
 
 use quant_kernels::{matmul, Matrix, Pool};
 
@@ -8,27 +9,75 @@ fn rng(seed: &mut u64) -> f32 {
     ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
 }
 
+/// `y` of `n` tokens through `matmul`.
+fn run(m: &Matrix<'_>, x: &[f32], n: usize, pool: &Pool) -> Vec<f32> {
+    let mut y = vec![0f32; n * m.rows()];
+    matmul(pool, m, x, n, &mut y).unwrap();
+    y
+}
+
+/// Token `tok`'s outputs from a batch of `n` against those from a batch of `n_ref`
+/// (the same leading tokens): bit-identical.
+#[allow(clippy::too_many_arguments)]
+fn same_bits(name: &str, m: &Matrix<'_>, x: &[f32], cols: usize, n: usize, n_ref: usize, pool: &Pool) {
+    let rows = m.rows();
+    let y = run(m, &x[..n * cols], n, pool);
+    let y_ref = run(m, &x[..n_ref * cols], n_ref, pool);
+    for tok in 0..n.min(n_ref) {
+        let (a, b) = (&y[tok * rows..(tok + 1) * rows], &y_ref[tok * rows..(tok + 1) * rows]);
+        let bad = a.iter().zip(b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(bad, 0, "{name}: token {tok}: {bad} of {rows} outputs differ between n={n} and n={n_ref}");
+    }
+}
+
+fn matrix(name: &str, rows: usize, cols: usize, s: &mut u64) -> (u32, Vec<u8>) {
+    let t = ggml_quants::by_name(name).unwrap();
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng(s)).collect();
+    (t.id, t.quantize_to_vec(&w, cols, None).unwrap())
+}
+
 #[test]
 fn vec_dot_types_give_the_same_bits_in_any_batch() {
     let pool = Pool::new(2);
-    for name in ["q4_1", "q5_0", "q5_1", "q8_0", "q3_K", "q5_K", "q6_K"] {
-        let t = ggml_quants::by_name(name).unwrap();
+    for name in ["q4_1", "q5_0", "q5_1", "q8_0"] {
         let (rows, cols) = (24, 512);
         let mut s = 7u64;
-        let w: Vec<f32> = (0..rows * cols).map(|_| rng(&mut s)).collect();
-        let wq = t.quantize_to_vec(&w, cols, None).unwrap();
-        let m = Matrix::new(t.id, &wq, rows, cols).unwrap();
+        let (id, wq) = matrix(name, rows, cols, &mut s);
+        let m = Matrix::new(id, &wq, rows, cols).unwrap();
+        let x: Vec<f32> = (0..21 * cols).map(|_| rng(&mut s)).collect();
         for n in [8usize, 9, 16, 21] {
-            let x: Vec<f32> = (0..n * cols).map(|_| rng(&mut s)).collect();
-            let mut y = vec![0f32; n * rows];
-            matmul(&pool, &m, &x, n, &mut y).unwrap();
             for tok in 0..n {
-                let mut y1 = vec![0f32; rows];
-                matmul(&pool, &m, &x[tok * cols..(tok + 1) * cols], 1, &mut y1).unwrap();
-                let yb = &y[tok * rows..(tok + 1) * rows];
-                let bad = yb.iter().zip(&y1).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-                assert_eq!(bad, 0, "{name}: n={n} token {tok}: {bad} of {rows} outputs differ from n=1");
+                same_bits(name, &m, &x[tok * cols..], cols, 1, 1, &pool);
+            }
+            same_bits(name, &m, &x, cols, n, 1, &pool);
+        }
+    }
+}
+
+/// ggml-cpu runs K-quant weights it has not repacked through `vec_dot` below 8 tokens and
+/// through its tiled kernels from 8 tokens on: within each regime a token's outputs must
+/// not depend on the batch size (nor on how the batch is split into tiles).
+#[test]
+fn k_types_give_the_same_bits_within_each_regime() {
+    let pool = Pool::new(2);
+    // 20 rows: not a multiple of 8, so q2_K/q4_K are not repacked either.
+    for name in ["q2_K", "q3_K", "q4_K", "q5_K", "q6_K"] {
+        let (rows, cols) = (20, 512);
+        let mut s = 11u64;
+        let (id, wq) = matrix(name, rows, cols, &mut s);
+        let m = Matrix::new(id, &wq, rows, cols).unwrap();
+        let x: Vec<f32> = (0..37 * cols).map(|_| rng(&mut s)).collect();
+        if name != "q4_K" {
+            // (q4_K follows llama.cpp's repacked 4-token kernels below 8 tokens.)
+            for n in [2usize, 3, 5, 7] {
+                same_bits(name, &m, &x, cols, n, 1, &pool);
             }
         }
+        for n in [9usize, 16, 21, 37] {
+            same_bits(name, &m, &x, cols, n, 8, &pool);
+        }
+        // The two regimes do differ (the tiled sum rounds per 256-block).
+        let (y1, y8) = (run(&m, &x[..cols], 1, &pool), run(&m, &x[..8 * cols], 8, &pool));
+        assert!(y1.iter().zip(&y8).any(|(a, b)| a.to_bits() != b.to_bits()), "{name}: tiled path not taken");
     }
 }

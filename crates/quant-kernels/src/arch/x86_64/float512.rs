@@ -16,7 +16,7 @@ use crate::scalar::ops::DotLayout;
 
 /// Whether llama.cpp computes this product with tinyBLAS rather than `vec_dot`.
 fn tinyblas_applies(t: &Tile<'_>) -> bool {
-    !t.expert && t.total_tokens >= 2 && t.n % 16 == 0 && t.total_rows % 4 == 0
+    !t.expert && t.total_tokens >= 2 && t.n.is_multiple_of(16) && t.total_rows.is_multiple_of(4)
 }
 
 /// F32 × F32, one token: `ggml_vec_dot_f32` of an AVX-512 build.

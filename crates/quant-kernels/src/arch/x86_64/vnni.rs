@@ -703,7 +703,7 @@ const TILED_FROM: usize = 8;
 /// llama.cpp repacks q2_K (AVX-512) and q4_K (AVX2) weights whose row count is a
 /// multiple of 8; only the others reach its tiled kernels.
 fn unless_repacked(rows: usize) -> bool {
-    rows % 8 != 0
+    !rows.is_multiple_of(8)
 }
 
 fn always(_rows: usize) -> bool {
