@@ -332,10 +332,10 @@ fn matmul_prompt_sized_uses_token_blocks() {
             let mut y1 = vec![0f32; rows];
             matmul(&pool, &w, &x[tk * cols..(tk + 1) * cols], 1, &mut y1).unwrap();
             let yb = &y[tk * rows..(tk + 1) * rows];
-            // q4_K follows llama.cpp's repacked kernels, whose 4-token batches (the first
-            // n − n % 4 tokens) sum in another order than its one-token kernel: close there,
-            // identical for the remainder. Every other type: identical throughout.
-            if name == "q4_K" && tk < n_tokens - n_tokens % 4 {
+            // q4_K with 130 rows (not a multiple of 8, so llama.cpp does not repack it) and
+            // 41 tokens takes ggml-cpu's tiled K-quant kernels, which round once per
+            // 256-block: close to the one-token result. Every other type: identical.
+            if name == "q4_K" {
                 for (a, b) in yb.iter().zip(&y1) {
                     assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name} token {tk}: {a} vs {b}");
                 }
