@@ -266,7 +266,8 @@ fn split(
     let nth = pool.n_threads();
     if n_tokens < TOKEN_SPLIT_FROM {
         // Row blocks, all tokens per block: weights are read once.
-        let rb = rows.div_ceil(nth * 8).clamp(16, 1024).min(rows);
+        // A multiple of 8 rows, so 8-row kernels never fall back to their one-row tail.
+        let rb = rows.div_ceil(nth * 8).next_multiple_of(8).clamp(16, 1024).min(rows);
         let n_items = rows.div_ceil(rb);
         if n_tokens == 1 {
             let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(rb).map(Mutex::new).collect();

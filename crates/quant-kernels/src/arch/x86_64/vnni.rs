@@ -173,7 +173,12 @@ macro_rules! legacy_tile {
             y_stride: usize,
         ) {
             let l = $l;
-            for r in 0..rows {
+            let mut r0 = 0;
+            if l.repack {
+                r0 = rows - rows % 8;
+                repack_rows8::<T>(w, w_stride, r0, nb, x, x_stride, p, tokens, t0, y, y_stride);
+            }
+            for r in r0..rows {
                 let wr = w.add(r * w_stride);
                 // ggml's float order exactly (one 8-lane accumulator per token, `fmadd`
                 // by `d_w·d_x` per block, the `m·s` terms fused in block order), so the
@@ -247,6 +252,79 @@ macro_rules! legacy_tile {
             }
         }
     };
+}
+
+/// `Σ` of each of eight i32 vectors, as one vector (`out[r] = Σ lanes of v[r]`; exact).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn hsum_i32_8x8(v: &[__m256i; 8]) -> __m256i {
+    let a01 = _mm256_hadd_epi32(v[0], v[1]);
+    let a23 = _mm256_hadd_epi32(v[2], v[3]);
+    let a45 = _mm256_hadd_epi32(v[4], v[5]);
+    let a67 = _mm256_hadd_epi32(v[6], v[7]);
+    let b0 = _mm256_hadd_epi32(a01, a23);
+    let b1 = _mm256_hadd_epi32(a45, a67);
+    _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(b0, b1), _mm256_permute2x128_si256::<0x31>(b0, b1))
+}
+
+/// The q4_0 repacked arithmetic (see [`Legacy::repack`]) for rows `0..rows` (a multiple
+/// of 8) against tokens `t0..t0+T`, eight rows at a time: per block and token the eight
+/// integer dots are reduced together and the eight `fma(Σ, d_w·d_x, acc)` run as one
+/// vector — the same operations per output as the one-row loop, so the same bits.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn repack_rows8<const T: usize>(
+    w: *const u8,
+    w_stride: usize,
+    rows: usize,
+    nb: usize,
+    x: *const u8,
+    x_stride: usize,
+    p: &Prep,
+    tokens: usize,
+    t0: usize,
+    y: *mut f32,
+    y_stride: usize,
+) {
+    let l = Q4_0;
+    for r0 in (0..rows).step_by(8) {
+        let mut acc = [_mm256_setzero_ps(); T];
+        // The next eight rows (contiguous, 8·w_stride bytes), prefetched a slice per block
+        // so the whole group is in cache when its turn comes.
+        let next = w.add((r0 + 16) * w_stride);
+        let span = if r0 + 16 < rows { 8 * w_stride } else { 0 };
+        let per_block = span.div_ceil(nb.max(1));
+        for b in 0..nb {
+            let mut o = b * per_block;
+            while o < ((b + 1) * per_block).min(span) {
+                _mm_prefetch::<_MM_HINT_T0>(next.add(o) as *const i8);
+                o += 64;
+            }
+            let mut dh = [0u16; 8];
+            let mut q = [_mm256_setzero_si256(); 8];
+            for (i, (dh, q)) in dh.iter_mut().zip(q.iter_mut()).enumerate() {
+                let wb = w.add((r0 + i) * w_stride + b * l.wb);
+                *dh = (wb as *const u16).read_unaligned();
+                *q = unpack_q4_0(wb);
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(dh.as_ptr() as *const __m128i));
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let i = (t0 + t) * nb + b;
+                let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
+                let init = *p.off.get_unchecked(i);
+                let mut dots = [_mm256_setzero_si256(); 8];
+                for (d, q) in dots.iter_mut().zip(&q) {
+                    *d = _mm256_dpbusd_epi32(init, *q, xq);
+                }
+                let sums = _mm256_cvtepi32_ps(hsum_i32_8x8(&dots));
+                let d = _mm256_mul_ps(dw, _mm256_set1_ps(*p.d.get_unchecked(b * tokens + t0 + t)));
+                *acc = _mm256_fmadd_ps(sums, d, *acc);
+            }
+        }
+        for (t, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.add((t0 + t) * y_stride + r0), *acc);
+        }
+    }
 }
 
 /// Bounds for a tile; panics (a caller bug, never reachable through `matmul`) rather
