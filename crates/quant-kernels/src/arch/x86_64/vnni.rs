@@ -127,9 +127,9 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
     d.clear();
     s.clear();
     off.clear();
-    // `d` is block-major (`d[b·tokens + t]`) so that a block's scales for 4 consecutive
-    // tokens load as one vector; 4 floats of padding keep that load in bounds.
-    d.resize(nb * tokens + 4, 0.0);
+    // `d` is block-major (`d[b·tokens + t]`) so that a block's scales for 8 consecutive
+    // tokens load as one vector; 8 floats of padding keep that load in bounds.
+    d.resize(nb * tokens + 8, 0.0);
     // `offset` as an unsigned multiplier: 8 and 16 directly; for q8_0 the weights are fed
     // as w ^ 0x80 = w + 128, so 128 is subtracted. Stored negated: it is the initial
     // accumulator of the weight's `vpdpbusd`.
@@ -192,8 +192,7 @@ macro_rules! legacy_tile {
                     let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
                     // d_w·d_x for the T tokens at once (each product rounded as the
                     // scalar one), then broadcast per token.
-                    let dd = _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
-                    let dd = _mm256_castps128_ps256(dd);
+                    let dd = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
                     for t in 0..T {
                         let i = (t0 + t) * nb + b;
                         let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
@@ -240,13 +239,18 @@ macro_rules! legacy_tile {
                 let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
                 let mut t0 = 0;
                 while t0 < t.tokens {
+                    let (w, ws, r, xs, n) = (w, t.w_stride, t.rows, t.x_stride, t.tokens);
                     match t.tokens - t0 {
-                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
-                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
-                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
-                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, &p, t.tokens, t0, yp, y_stride),
+                        1 => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        2 => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        3 => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        4 => $imp::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        5 => $imp::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        6 => $imp::<6>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        7 => $imp::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        _ => $imp::<8>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                     }
-                    t0 += 4;
+                    t0 += 8;
                 }
                 PREP.with(|c| c.set(p));
             }
