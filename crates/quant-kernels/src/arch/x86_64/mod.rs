@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 pub mod avx2;
 pub mod float512;
+pub mod iq4;
 pub mod ops;
 pub mod vnni;
 

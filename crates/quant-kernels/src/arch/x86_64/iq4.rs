@@ -1,0 +1,413 @@
+//! AVX-512 VNNI (256-bit `vpdpbusd` via AVX512VL) tile kernels for IQ4_NL and MXFP4 (× Q8_0)
+//! and IQ4_XS (× Q8_K), in the float arithmetic llama.cpp's CPU backend uses for the
+//! product on an AVX2 / AVX-512 machine (`vec_dot`, the repacked 8×8 kernels, tinyBLAS or
+//! the tiled matmul: see [`crate::scalar::iq4`], whose functions are the scalar twins).
+//!
+//! Codes are looked up (`vpshufb`) as `kvalue + 128` (unsigned) and dotted with the signed
+//! activations by `vpdpbusd`; `128·Σx` per 4-byte lane, computed once per tile for every
+//! activation block, is the accumulator's initial value (negated), so each lane is the
+//! exact `Σ kvalue·x` of its 4 elements — the lanes of ggml's `maddubs`/`madd` sums.
+
+use core::arch::x86_64::*;
+
+use super::vnni::has_vnni;
+use crate::registry::Tile;
+use crate::scalar::act::{Q8_0_BYTES, Q8_K_BYTES};
+use crate::scalar::iq4::{self as s, Path, IQ4_NL_BYTES, IQ4_XS_BYTES, MXFP4_BYTES};
+use ggml_quants::types::iq_common::e8m0_to_fp32_half;
+use ggml_quants::types::iq_tables::{KVALUES_FP4, KVALUES_IQ4NL};
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn hsum_f8(x: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn hsum_i8(a: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    let h = u16::from_le_bytes([*p, *p.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn load256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// The 32 codes of one block (16 bytes at `p`: low nibbles elements 0..16, high nibbles
+/// 16..32) looked up in `lut` (the biased codebook in both 128-bit halves).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode32(p: *const u8, lut: __m256i) -> __m256i {
+    let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
+    let shifts = _mm256_set_epi16(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_srlv_epi16(both, shifts)))
+}
+
+/// `kvalues + 128` in both halves of a vector.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn biased_lut(kv: &[i8; 16]) -> __m256i {
+    let mut b = [0u8; 16];
+    for (o, &k) in b.iter_mut().zip(kv) {
+        *o = (k as i32 + 128) as u8;
+    }
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr() as *const __m128i))
+}
+
+/// `−128·Σx` per 4-byte lane of the 32 activation bytes at `p`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn neg_offset(p: *const u8) -> __m256i {
+    let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), load256(p));
+    _mm256_sub_epi32(_mm256_setzero_si256(), o)
+}
+
+/// Per-tile activation set-up: scales and lane offsets.
+#[derive(Default)]
+struct Prep {
+    /// Activation scales, block-major (`d[b·tokens + t]`).
+    d: Vec<f32>,
+    /// Lane offsets, token-major (`off[(t·nb + b)·groups + g]`, `groups` 32-element
+    /// groups per activation block).
+    off: Vec<__m256i>,
+}
+
+thread_local! {
+    static PREP: std::cell::Cell<Prep> = std::cell::Cell::new(Prep::default());
+}
+
+/// Fills `p` for `tokens` activation rows of `nb` blocks of `xb` bytes, the scale at byte 0
+/// (fp16 when `f16`, else f32) and `groups` 32-byte groups of quants from byte `xq`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn prep(
+    x: *const u8,
+    x_stride: usize,
+    tokens: usize,
+    nb: usize,
+    xb: usize,
+    xq: usize,
+    groups: usize,
+    f16: bool,
+    p: &mut Prep,
+) {
+    p.d.clear();
+    p.off.clear();
+    p.d.resize(nb * tokens, 0.0);
+    p.off.reserve(tokens * nb * groups);
+    for t in 0..tokens {
+        for b in 0..nb {
+            let blk = x.add(t * x_stride + b * xb);
+            p.d[b * tokens + t] = if f16 { f16_at(blk) } else { (blk as *const f32).read_unaligned() };
+            for g in 0..groups {
+                p.off.push(neg_offset(blk.add(xq + 32 * g)));
+            }
+        }
+    }
+}
+
+const P_VECDOT: u8 = 0;
+const P_REPACK: u8 = 1;
+const P_TINY: u8 = 2;
+const P_TILED: u8 = 3;
+
+fn path_code(p: Path) -> u8 {
+    match p {
+        Path::VecDot => P_VECDOT,
+        Path::Repack => P_REPACK,
+        Path::TinyBlas => P_TINY,
+        Path::Tiled => P_TILED,
+    }
+}
+
+/// Arguments shared by the inner kernels.
+struct Args<'a> {
+    w: *const u8,
+    w_stride: usize,
+    rows: usize,
+    nb: usize,
+    x: *const u8,
+    x_stride: usize,
+    tokens: usize,
+    p: &'a Prep,
+    y: *mut f32,
+    y_stride: usize,
+}
+
+/// IQ4_NL (`MX == false`) or MXFP4 rows against tokens `t0..t0+T`, along path `P`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut: __m256i, t0: usize) {
+    let (wbytes, qs) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
+    let nb = a.nb;
+    // vec_dot pairs blocks (two accumulators); a last odd block is a scalar tail.
+    let paired = if P == P_VECDOT { nb - nb % 2 } else { nb };
+    for r in 0..a.rows {
+        let wr = a.w.add(r * a.w_stride);
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc2 = [_mm256_setzero_ps(); T];
+        let mut accs = [0f32; T];
+        let mut tail = [(0f32, 0i32); T];
+        for b in 0..nb {
+            let wb = wr.add(b * wbytes);
+            let dw = if MX { e8m0_to_fp32_half(*wb) } else { f16_at(wb) };
+            let q = decode32(wb.add(qs), lut);
+            for t in 0..T {
+                let tt = t0 + t;
+                let xq = load256(a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2));
+                let dot = _mm256_dpbusd_epi32(*a.p.off.get_unchecked(tt * nb + b), q, xq);
+                let d = dw * *a.p.d.get_unchecked(b * a.tokens + tt);
+                if P == P_REPACK {
+                    accs[t] = (hsum_i8(dot) as f32).mul_add(d, accs[t]);
+                } else if b >= paired {
+                    tail[t] = (d, hsum_i8(dot));
+                } else if P == P_VECDOT && b % 2 == 1 {
+                    acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot), acc2[t]);
+                } else {
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot), acc[t]);
+                }
+            }
+        }
+        for t in 0..T {
+            let v = match P {
+                P_REPACK => accs[t],
+                P_TINY => hsum_f8(acc[t]),
+                _ => {
+                    let s = hsum_f8(_mm256_add_ps(acc[t], acc2[t]));
+                    if paired < nb {
+                        // vec_dot's scalar tail `sumf += d * sumi` (GCC does not fuse it).
+                        s + tail[t].0 * tail[t].1 as f32
+                    } else {
+                        s
+                    }
+                }
+            };
+            *a.y.add((t0 + t) * a.y_stride + r) = v;
+        }
+    }
+}
+
+/// IQ4_XS rows against tokens `t0..t0+T`; `TILED`: the tiled matmul's per-block rounding,
+/// else vec_dot's 8 lanes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn xs_imp<const T: usize, const TILED: bool>(a: &Args<'_>, lut: __m256i, t0: usize) {
+    let nb = a.nb;
+    for r in 0..a.rows {
+        let wr = a.w.add(r * a.w_stride);
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut summ = [0f32; T];
+        for b in 0..nb {
+            let wb = wr.add(b * IQ4_XS_BYTES);
+            let dw = f16_at(wb);
+            let ls = s::iq4_xs_scales(core::slice::from_raw_parts(wb, 8));
+            let mut q = [_mm256_setzero_si256(); 8];
+            for (sb, qv) in q.iter_mut().enumerate() {
+                *qv = decode32(wb.add(8 + 16 * sb), lut);
+            }
+            for t in 0..T {
+                let tt = t0 + t;
+                let xb = a.x.add(tt * a.x_stride + b * Q8_K_BYTES);
+                let off = a.p.off.as_ptr().add((tt * nb + b) * 8);
+                let mut sumi = _mm256_setzero_si256();
+                for sb in 0..8 {
+                    let dot = _mm256_dpbusd_epi32(*off.add(sb), q[sb], load256(xb.add(4 + 32 * sb)));
+                    sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_set1_epi32(ls[sb])));
+                }
+                let dx = *a.p.d.get_unchecked(b * a.tokens + tt);
+                if TILED {
+                    let r = hsum_i8(sumi) as f32 * dw;
+                    summ[t] = r.mul_add(dx, summ[t]);
+                } else {
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+                }
+            }
+        }
+        for t in 0..T {
+            *a.y.add((t0 + t) * a.y_stride + r) = if TILED { summ[t] } else { hsum_f8(acc[t]) };
+        }
+    }
+}
+
+/// Bounds of a tile; panics (a caller bug, never reachable through `matmul`) rather than
+/// letting a kernel read or write out of bounds. Also requires VNNI.
+fn check(t: &Tile<'_>, y: &[f32], y_stride: usize, w_row: usize, x_row: usize, n_whole: usize) {
+    assert!(has_vnni(), "VNNI tile kernel called on a CPU without AVX-512 VNNI");
+    assert_eq!(n_whole, t.n, "tile: columns not a whole number of blocks");
+    if t.rows == 0 || t.tokens == 0 {
+        return;
+    }
+    assert!(t.w_stride >= w_row && t.w.len() >= (t.rows - 1) * t.w_stride + w_row, "tile: weight rows");
+    assert!(t.x_stride >= x_row && t.x.len() >= (t.tokens - 1) * t.x_stride + x_row, "tile: activation rows");
+    assert!(y_stride >= t.rows && y.len() >= (t.tokens - 1) * y_stride + t.rows, "tile: output");
+}
+
+/// Runs `imp::<T>` over the tile's tokens in groups of up to 4.
+macro_rules! by_tokens {
+    ($t:expr, $args:expr, $lut:expr, $imp:ident, $($g:tt)*) => {{
+        let mut t0 = 0;
+        while t0 < $t.tokens {
+            match $t.tokens - t0 {
+                1 => $imp::<1, $($g)*>(&$args, $lut, t0),
+                2 => $imp::<2, $($g)*>(&$args, $lut, t0),
+                3 => $imp::<3, $($g)*>(&$args, $lut, t0),
+                _ => $imp::<4, $($g)*>(&$args, $lut, t0),
+            }
+            t0 += 4;
+        }
+    }};
+}
+
+fn b32_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = t.n / 32;
+    let wbytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
+    check(t, y, y_stride, wbytes * nb, Q8_0_BYTES * nb, nb * 32);
+    if t.rows == 0 || t.tokens == 0 {
+        return;
+    }
+    let path = path_code(if MX { s::mxfp4_path(t) } else { s::iq4_nl_path(t) });
+    // SAFETY: `check` verified that every weight row, activation row and output the
+    // kernels touch is in bounds and that the CPU has the features (`has_vnni`).
+    unsafe {
+        let mut p = PREP.with(|c| c.take());
+        prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_0_BYTES, 2, 1, true, &mut p);
+        let args = Args {
+            w: t.w.as_ptr(),
+            w_stride: t.w_stride,
+            rows: t.rows,
+            nb,
+            x: t.x.as_ptr(),
+            x_stride: t.x_stride,
+            tokens: t.tokens,
+            p: &p,
+            y: y.as_mut_ptr(),
+            y_stride,
+        };
+        let lut = biased_lut(if MX { &KVALUES_FP4 } else { &KVALUES_IQ4NL });
+        match path {
+            P_REPACK => by_tokens!(t, args, lut, b32_imp, MX, P_REPACK),
+            P_TINY => by_tokens!(t, args, lut, b32_imp, MX, P_TINY),
+            _ => by_tokens!(t, args, lut, b32_imp, MX, P_VECDOT),
+        }
+        PREP.with(|c| c.set(p));
+    }
+}
+
+/// IQ4_NL × Q8_0 tile along the path llama.cpp takes for the product ([`s::iq4_nl_path`]).
+pub fn iq4_nl_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    b32_tile::<false>(t, y, y_stride)
+}
+
+/// MXFP4 × Q8_0 tile along [`s::mxfp4_path`].
+pub fn mxfp4_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    b32_tile::<true>(t, y, y_stride)
+}
+
+/// IQ4_XS × Q8_K tile along [`s::iq4_xs_path`].
+pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = t.n / 256;
+    check(t, y, y_stride, IQ4_XS_BYTES * nb, Q8_K_BYTES * nb, nb * 256);
+    if t.rows == 0 || t.tokens == 0 {
+        return;
+    }
+    let tiled = s::iq4_xs_path(t) == Path::Tiled;
+    // SAFETY: as in `b32_tile`: bounds and features checked by `check`.
+    unsafe {
+        let mut p = PREP.with(|c| c.take());
+        prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_K_BYTES, 4, 8, false, &mut p);
+        let args = Args {
+            w: t.w.as_ptr(),
+            w_stride: t.w_stride,
+            rows: t.rows,
+            nb,
+            x: t.x.as_ptr(),
+            x_stride: t.x_stride,
+            tokens: t.tokens,
+            p: &p,
+            y: y.as_mut_ptr(),
+            y_stride,
+        };
+        let lut = biased_lut(&KVALUES_IQ4NL);
+        if tiled {
+            by_tokens!(t, args, lut, xs_imp, true);
+        } else {
+            by_tokens!(t, args, lut, xs_imp, false);
+        }
+        PREP.with(|c| c.set(p));
+    }
+}
+
+/// `vec_dot` through a 1 × 1 tile (one row of a product llama.cpp runs through `vec_dot`).
+fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut y = [0f32];
+    let t = Tile {
+        n,
+        w,
+        w_stride: w.len(),
+        rows: 1,
+        x,
+        x_stride: x.len(),
+        tokens: 1,
+        batched: 0,
+        total_tokens: 1,
+        total_rows: 1,
+        expert: false,
+    };
+    tile(&t, &mut y, 1);
+    y[0]
+}
+
+/// `ggml_vec_dot_iq4_nl_q8_0`.
+pub fn iq4_nl_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_via_tile(iq4_nl_tile, n, w, x)
+}
+
+/// `ggml_vec_dot_mxfp4_q8_0`.
+pub fn mxfp4_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_via_tile(mxfp4_tile, n, w, x)
+}
+
+/// `ggml_vec_dot_iq4_xs_q8_K`.
+pub fn iq4_xs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_via_tile(iq4_xs_tile, n, w, x)
+}
+
+mod registration {
+    use super::*;
+    use crate::registry::Kernel;
+    use ggml_quants::types::{iq4_nl::Iq4Nl, iq4_xs::Iq4Xs, mxfp4::Mxfp4, q8_0::Q8_0, q8_k::Q8K};
+    use ggml_quants::GgmlType;
+
+    macro_rules! vnni_kernel {
+        ($ty:ty, $act:ty, $dot:path, $tile:path) => {
+            inventory::submit! {
+                Kernel {
+                    type_id: <$ty as GgmlType>::ID,
+                    backend: "avx512vnni",
+                    priority: 20,
+                    available: has_vnni,
+                    vec_dot_type: <$act as GgmlType>::ID,
+                    vec_dot: $dot,
+                    tile: Some($tile),
+                }
+            }
+        };
+    }
+
+    vnni_kernel!(Iq4Nl, Q8_0, iq4_nl_q8_0, iq4_nl_tile);
+    vnni_kernel!(Mxfp4, Q8_0, mxfp4_q8_0, mxfp4_tile);
+    vnni_kernel!(Iq4Xs, Q8K, iq4_xs_q8_k, iq4_xs_tile);
+}
