@@ -758,13 +758,20 @@ macro_rules! k_tile {
                 let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
                 let mut t0 = 0;
                 while t0 < t.tokens {
+                    let (ws, r, xs, bt) = (t.w_stride, t.rows, t.x_stride, t.batched);
+                    // Up to 8 tokens per decoded block; llama.cpp's repacked q4_K batches
+                    // are 4 tokens, which `batched` tells the q4_K arithmetic per token.
                     match t.tokens - t0 {
-                        1 => $imp::<1>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
-                        2 => $imp::<2>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
-                        3 => $imp::<3>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
-                        _ => $imp::<4>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.batched, tiled, t0, yp, y_stride),
+                        1 => $imp::<1>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        2 => $imp::<2>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        3 => $imp::<3>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        4 => $imp::<4>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        5 => $imp::<5>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        6 => $imp::<6>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        7 => $imp::<7>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        _ => $imp::<8>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
                     }
-                    t0 += 4;
+                    t0 += 8;
                 }
             }
         }
