@@ -85,6 +85,8 @@ struct Prep {
     /// Lane offsets, token-major (`off[(t·nb + b)·groups + g]`, `groups` 32-element
     /// groups per activation block).
     off: Vec<__m256i>,
+    /// The same offsets summed over each group's lanes (`−128·Σx` of 32 activations).
+    tot: Vec<i32>,
 }
 
 thread_local! {
@@ -108,14 +110,18 @@ unsafe fn prep(
 ) {
     p.d.clear();
     p.off.clear();
+    p.tot.clear();
     p.d.resize(nb * tokens, 0.0);
     p.off.reserve(tokens * nb * groups);
+    p.tot.reserve(tokens * nb * groups);
     for t in 0..tokens {
         for b in 0..nb {
             let blk = x.add(t * x_stride + b * xb);
             p.d[b * tokens + t] = if f16 { f16_at(blk) } else { (blk as *const f32).read_unaligned() };
             for g in 0..groups {
-                p.off.push(neg_offset(blk.add(xq + 32 * g)));
+                let o = neg_offset(blk.add(xq + 32 * g));
+                p.off.push(o);
+                p.tot.push(hsum_i8(o));
             }
         }
     }
@@ -199,6 +205,175 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
             *a.y.add((t0 + t) * a.y_stride + r) = v;
         }
     }
+}
+
+/// The 32 codes of one block in each of 8 rows (16 code bytes at `p + i·stride` for row
+/// `i`), looked up in `lut`, transposed to one 32-bit lane per row: `u[g]` lane `i` holds
+/// elements `4g..4g+4` of row `i` (low nibbles of code bytes `4g..4g+4` for `g < 4`, high
+/// nibbles of bytes `4(g−4)..` for `g ≥ 4`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn decode_t8(p: *const u8, stride: usize, lut: __m256i) -> [__m256i; 8] {
+    // Rows i and i + 4 in the two halves, then a 4 × 4 transpose of 32-bit words per half.
+    let mut y = [_mm256_setzero_si256(); 4];
+    for (i, yi) in y.iter_mut().enumerate() {
+        let lo = _mm_loadu_si128(p.add(i * stride) as *const __m128i);
+        let hi = _mm_loadu_si128(p.add((i + 4) * stride) as *const __m128i);
+        *yi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi);
+    }
+    let a0 = _mm256_unpacklo_epi32(y[0], y[1]);
+    let a1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    let a2 = _mm256_unpacklo_epi32(y[2], y[3]);
+    let a3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    let r = [
+        _mm256_unpacklo_epi64(a0, a2),
+        _mm256_unpackhi_epi64(a0, a2),
+        _mm256_unpacklo_epi64(a1, a3),
+        _mm256_unpackhi_epi64(a1, a3),
+    ];
+    let m = _mm256_set1_epi8(0xF);
+    let mut u = [_mm256_setzero_si256(); 8];
+    for k in 0..4 {
+        u[k] = _mm256_shuffle_epi8(lut, _mm256_and_si256(r[k], m));
+        u[k + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(r[k]), m));
+    }
+    u
+}
+
+/// The weight scales of rows `0..8` (`stride` bytes apart) at `p` (fp16 or E8M0) as one vector.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn scales8<const MX: bool>(p: *const u8, stride: usize) -> __m256 {
+    if MX {
+        let mut e = [0f32; 8];
+        for (i, ei) in e.iter_mut().enumerate() {
+            *ei = e8m0_to_fp32_half(*p.add(i * stride));
+        }
+        _mm256_loadu_ps(e.as_ptr())
+    } else {
+        f16x8(p, stride)
+    }
+}
+
+/// The fp16 at `p + i·stride`, `i < 8`, as one vector.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn f16x8(p: *const u8, stride: usize) -> __m256 {
+    let mut h = [0u16; 8];
+    for (i, hi) in h.iter_mut().enumerate() {
+        *hi = (p.add(i * stride) as *const u16).read_unaligned();
+    }
+    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i))
+}
+
+/// The repacked path for 8 rows at once (rows `r0..r0+8`), as llama.cpp's 8×8 kernels:
+/// one 32-bit lane per row, so each `vpdpbusd` (weights of 8 rows, 4 activations
+/// broadcast) adds to every row's block dot and no horizontal sum is needed; per block
+/// `acc = fma(Σ, d_w·d_x, acc)` lane by lane, the scalar twin's arithmetic.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize) {
+    let (wbytes, qs) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
+    let nb = a.nb;
+    let w0 = a.w.add(r0 * a.w_stride);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let wb = w0.add(b * wbytes);
+        let u = decode_t8(wb.add(qs), a.w_stride, lut);
+        let dw = scales8::<MX>(wb, a.w_stride);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let tt = t0 + t;
+            let xq = a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2) as *const i32;
+            let mut dot = _mm256_set1_epi32(*a.p.tot.get_unchecked(tt * nb + b));
+            for (g, ug) in u.iter().enumerate() {
+                dot = _mm256_dpbusd_epi32(dot, *ug, _mm256_set1_epi32(xq.add(g).read_unaligned()));
+            }
+            let d = _mm256_mul_ps(dw, _mm256_set1_ps(*a.p.d.get_unchecked(b * a.tokens + tt)));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm256_storeu_ps(a.y.add((t0 + t) * a.y_stride + r0), *acc);
+    }
+}
+
+/// The tiled IQ4_XS path for 8 rows at once (one lane per row, as [`b32_rep8`]): per
+/// 256-block the exact `s1 = Σ ls·dot`, `r = s1·d_w`, `acc = fma(r, d_x, acc)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize) {
+    let nb = a.nb;
+    let w0 = a.w.add(r0 * a.w_stride);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut u = [[_mm256_setzero_si256(); 8]; 8];
+    for b in 0..nb {
+        let wb = w0.add(b * IQ4_XS_BYTES);
+        // `ls[sb]`: the scale of sub-block `sb` in each of the 8 rows.
+        let mut ls = [[0i32; 8]; 8];
+        for i in 0..8 {
+            let sc = s::iq4_xs_scales(core::slice::from_raw_parts(wb.add(i * a.w_stride), 8));
+            for (row_scales, &l) in ls.iter_mut().zip(&sc) {
+                row_scales[i] = l;
+            }
+        }
+        for (sb, usb) in u.iter_mut().enumerate() {
+            *usb = decode_t8(wb.add(8 + 16 * sb), a.w_stride, lut);
+        }
+        let dw = f16x8(wb, a.w_stride);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let tt = t0 + t;
+            let xq = a.x.add(tt * a.x_stride + b * Q8_K_BYTES + 4) as *const i32;
+            let tot = a.p.tot.as_ptr().add((tt * nb + b) * 8);
+            let mut s1 = _mm256_setzero_si256();
+            for (sb, usb) in u.iter().enumerate() {
+                let mut dot = _mm256_set1_epi32(*tot.add(sb));
+                for (g, ug) in usb.iter().enumerate() {
+                    dot = _mm256_dpbusd_epi32(dot, *ug, _mm256_set1_epi32(xq.add(8 * sb + g).read_unaligned()));
+                }
+                let lsv = _mm256_loadu_si256(ls[sb].as_ptr() as *const __m256i);
+                s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(dot, lsv));
+            }
+            let r = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), dw);
+            let dx = _mm256_set1_ps(*a.p.d.get_unchecked(b * a.tokens + tt));
+            *acc = _mm256_fmadd_ps(r, dx, *acc);
+        }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        _mm256_storeu_ps(a.y.add((t0 + t) * a.y_stride + r0), *acc);
+    }
+}
+
+/// Runs `rep8::<T>` over rows in groups of 8 and tokens in groups of up to 8, then the
+/// leftover rows through `imp` (the per-row kernel of the same path).
+macro_rules! by_rows8 {
+    ($t:expr, $args:expr, $lut:expr, $rep8:ident, [$($g8:tt)*], $imp:ident, [$($g:tt)*]) => {{
+        let rows8 = $t.rows - $t.rows % 8;
+        let mut r0 = 0;
+        while r0 < rows8 {
+            let mut t0 = 0;
+            while t0 < $t.tokens {
+                match $t.tokens - t0 {
+                    1 => $rep8::<1, $($g8)*>(&$args, $lut, t0, r0),
+                    2 => $rep8::<2, $($g8)*>(&$args, $lut, t0, r0),
+                    3 => $rep8::<3, $($g8)*>(&$args, $lut, t0, r0),
+                    4 => $rep8::<4, $($g8)*>(&$args, $lut, t0, r0),
+                    5 => $rep8::<5, $($g8)*>(&$args, $lut, t0, r0),
+                    6 => $rep8::<6, $($g8)*>(&$args, $lut, t0, r0),
+                    7 => $rep8::<7, $($g8)*>(&$args, $lut, t0, r0),
+                    _ => $rep8::<8, $($g8)*>(&$args, $lut, t0, r0),
+                }
+                t0 += 8;
+            }
+            r0 += 8;
+        }
+        if rows8 < $t.rows {
+            let rest = Args {
+                w: $args.w.add(rows8 * $args.w_stride),
+                rows: $t.rows - rows8,
+                y: $args.y.add(rows8),
+                ..$args
+            };
+            by_tokens!($t, rest, $lut, $imp, $($g)*);
+        }
+    }};
 }
 
 /// IQ4_XS rows against tokens `t0..t0+T`; `TILED`: the tiled matmul's per-block rounding,
@@ -298,7 +473,7 @@ fn b32_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         };
         let lut = biased_lut(if MX { &KVALUES_FP4 } else { &KVALUES_IQ4NL });
         match path {
-            P_REPACK => by_tokens!(t, args, lut, b32_imp, MX, P_REPACK),
+            P_REPACK => by_rows8!(t, args, lut, b32_rep8, [MX], b32_imp, [MX, P_REPACK]),
             P_TINY => by_tokens!(t, args, lut, b32_imp, MX, P_TINY),
             _ => by_tokens!(t, args, lut, b32_imp, MX, P_VECDOT),
         }
@@ -342,7 +517,7 @@ pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         };
         let lut = biased_lut(&KVALUES_IQ4NL);
         if tiled {
-            by_tokens!(t, args, lut, xs_imp, true);
+            by_rows8!(t, args, lut, xs_tiled8, [], xs_imp, [true]);
         } else {
             by_tokens!(t, args, lut, xs_imp, false);
         }
