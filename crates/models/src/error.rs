@@ -69,6 +69,14 @@ pub enum Error {
     /// An unsupported option value.
     #[error("{0}")]
     Unsupported(String),
+    /// Reading tensor data from the model file failed.
+    #[error("reading tensor `{name}` from the model file: {source}")]
+    Read {
+        /// Tensor name.
+        name: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// File-format error.
     #[error(transparent)]
     Format(#[from] gguf_format::Error),

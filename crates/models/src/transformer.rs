@@ -3,12 +3,13 @@
 //! Architectures differ only in the [`Spec`] they build from their metadata.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use gguf_format::GgufFile;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use quant_kernels::{matmul, matmul_expert, ops, Matrix, Pool};
+use quant_kernels::{matmul, matmul_expert, ops, Matrix, Pool, Repacked};
 
 use crate::hparams::Hparams;
 use crate::kv_cache::{CacheMatrix, CacheType, KvCache};
@@ -102,7 +103,9 @@ struct Layer {
     rope: Rope,
 }
 
-/// A loaded decoder-only transformer; weights stay in the file's mmap.
+/// A loaded decoder-only transformer; weights stay in the file's mmap, except the
+/// matrices a kernel repacks at load (as llama.cpp does for the same types and shapes),
+/// which are read from the file straight into their new layout.
 pub struct Transformer {
     arch: String,
     file: Arc<GgufFile>,
@@ -113,6 +116,8 @@ pub struct Transformer {
     output: TensorRef,
     output_norm: Vec<f32>,
     layers: Vec<Layer>,
+    /// Repacked matrices by the file offset of their data.
+    repacked: HashMap<usize, Repacked>,
 }
 
 fn mat<'a>(file: &'a GgufFile, t: &TensorRef) -> Result<Matrix<'a>> {
@@ -217,6 +222,7 @@ impl Transformer {
                 mat(&file, t).map_err(|e| type_error(t, e))?;
             }
         }
+        let repacked = repack_weights(&file, &tok_embd, &output, &layers)?;
         Ok(Transformer {
             arch: arch.to_string(),
             file,
@@ -227,6 +233,7 @@ impl Transformer {
             output,
             output_norm,
             layers,
+            repacked,
         })
     }
 
@@ -234,6 +241,59 @@ impl Transformer {
     pub fn hparams(&self) -> &Hparams {
         &self.hp
     }
+}
+
+/// Repacks the dense weight matrices whose type and shape have a repacker on this CPU
+/// (llama.cpp: the weights of `MUL_MAT`, not `token_embd`, which its `GET_ROWS` reads —
+/// so a tied output stays as stored too). Their bytes are read from the file rather than
+/// through the mmap, so the original pages are never made resident.
+fn repack_weights(
+    file: &GgufFile,
+    tok_embd: &TensorRef,
+    output: &TensorRef,
+    layers: &[Layer],
+) -> Result<HashMap<usize, Repacked>> {
+    let mut ts: Vec<&TensorRef> = Vec::new();
+    if output.start != tok_embd.start {
+        ts.push(output);
+    }
+    for l in layers {
+        ts.extend([&l.wq, &l.wk, &l.wv, &l.wo]);
+        if let Ffn::Dense { gate, up, down, .. } = &l.ffn {
+            ts.extend([gate, up, down]);
+        }
+    }
+    let mut out = HashMap::new();
+    let mut buf = Vec::new();
+    for t in ts {
+        if out.contains_key(&t.start) || quant_kernels::registry::repacker_for(t.type_id, t.rows(), t.cols()).is_none()
+        {
+            continue;
+        }
+        read_tensor(file, t, &mut buf)?;
+        let m = Matrix::new(t.type_id, &buf, t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))?;
+        if let Some(r) = Repacked::new(&m) {
+            out.insert(t.start, r);
+        }
+    }
+    Ok(out)
+}
+
+/// The data bytes of `t`, read from the file (not through the mmap).
+fn read_tensor(file: &GgufFile, t: &TensorRef, buf: &mut Vec<u8>) -> Result<()> {
+    buf.clear();
+    buf.resize(t.len, 0);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        let read = std::fs::File::open(file.path()).and_then(|f| f.read_exact_at(buf, t.start as u64));
+        if let Err(source) = read {
+            return Err(Error::Read { name: t.name.clone(), source });
+        }
+    }
+    #[cfg(not(unix))]
+    buf.copy_from_slice(&file.bytes()[t.start..t.start + t.len]);
+    Ok(())
 }
 
 fn type_error(t: &TensorRef, e: Error) -> Error {
@@ -558,7 +618,10 @@ fn rms_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut Vec<f32>) {
 
 impl Transformer {
     fn mm(&self, pool: &Pool, t: &TensorRef, x: &[f32], n: usize, y: &mut Vec<f32>) -> Result<()> {
-        let m = mat(&self.file, t)?;
+        let m = match self.repacked.get(&t.start) {
+            Some(r) => r.matrix(),
+            None => mat(&self.file, t)?,
+        };
         y.resize(n * m.rows(), 0.0);
         matmul(pool, &m, x, n, y)?;
         Ok(())

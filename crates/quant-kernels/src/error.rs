@@ -43,6 +43,12 @@ pub enum Error {
         /// The activation (vec_dot) type id.
         vec_dot_type: u32,
     },
+    /// A repacked matrix asked for something only GGUF's layout has (a single row).
+    #[error("{type_name}: the matrix is repacked for its kernel; its rows cannot be read one by one")]
+    RepackedRows {
+        /// ggml name of the type.
+        type_name: &'static str,
+    },
     /// Dimensions whose product overflows `usize`.
     #[error("{what}: size overflows")]
     Overflow {

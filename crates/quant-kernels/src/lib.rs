@@ -22,9 +22,9 @@ mod rowdot;
 pub mod scalar;
 
 pub use error::Error;
-pub use matmul::{matmul, matmul_expert, tile_by_vec_dot, Matrix};
+pub use matmul::{matmul, matmul_expert, tile_by_vec_dot, Matrix, Repacked};
 pub use pool::Pool;
-pub use registry::{kernel_info, Kernel, Tile};
+pub use registry::{kernel_info, Kernel, Repacker, Tile};
 pub use rowdot::{quantize_row, ActRow};
 
 /// `inventory` re-exported so that plug-in crates can register kernels without naming

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use ggml_quants::TypeTraits;
 
-use crate::registry::{act_quantizer_for, kernel_for, Kernel, Tile};
+use crate::registry::{act_quantizer_for, kernel_for, repacker_for, Kernel, Repacker, Tile};
 use crate::{ops, Error, Pool};
 
 /// A row-major weight matrix of one ggml type, borrowed as stored in GGUF: ggml `ne0 =
@@ -16,6 +16,50 @@ pub struct Matrix<'a> {
     rows: usize,
     cols: usize,
     row_bytes: usize,
+    /// `data` is in this repacker's layout, not GGUF's.
+    repacked: Option<&'static Repacker>,
+}
+
+/// A weight matrix rewritten at load time into a kernel's layout (see
+/// [`crate::registry::Repacker`]): owned bytes, used through [`Repacked::matrix`].
+#[derive(Debug)]
+pub struct Repacked {
+    bytes: Vec<u8>,
+    by: &'static Repacker,
+    type_id: u32,
+    rows: usize,
+    cols: usize,
+}
+
+impl Repacked {
+    /// Repacks `w` when this CPU has a repacker for its type and shape (`None` otherwise:
+    /// use `w` as it is). `w` must be in GGUF's layout.
+    pub fn new(w: &Matrix<'_>) -> Option<Repacked> {
+        if w.repacked.is_some() {
+            return None;
+        }
+        let by = repacker_for(w.type_id(), w.rows, w.cols)?;
+        let bytes = (by.repack)(w.data, w.rows, w.cols);
+        (bytes.len() == w.data.len()).then_some(Repacked {
+            bytes,
+            by,
+            type_id: w.type_id(),
+            rows: w.rows,
+            cols: w.cols,
+        })
+    }
+
+    /// The repacked matrix, for [`matmul`] (its rows cannot be read one by one).
+    pub fn matrix(&self) -> Matrix<'_> {
+        let traits = ggml_quants::lookup_id(self.type_id).expect("type checked when repacked");
+        let row_bytes = self.bytes.len() / self.rows.max(1);
+        Matrix { traits, data: &self.bytes, rows: self.rows, cols: self.cols, row_bytes, repacked: Some(self.by) }
+    }
+
+    /// Backend of the repacker.
+    pub fn backend(&self) -> &'static str {
+        self.by.backend
+    }
 }
 
 impl<'a> Matrix<'a> {
@@ -33,7 +77,7 @@ impl<'a> Matrix<'a> {
         if data.len() != expected {
             return Err(Error::SizeMismatch { what: "matrix data bytes", expected, found: data.len() });
         }
-        Ok(Matrix { traits, data, rows, cols, row_bytes })
+        Ok(Matrix { traits, data, rows, cols, row_bytes, repacked: None })
     }
 
     /// Rows (ggml `ne1`).
@@ -63,6 +107,9 @@ impl<'a> Matrix<'a> {
 
     /// The raw bytes of row `r`.
     pub fn row(&self, r: usize) -> Result<&'a [u8], Error> {
+        if self.repacked.is_some() {
+            return Err(Error::RepackedRows { type_name: self.traits.name });
+        }
         if r >= self.rows {
             return Err(Error::RowOutOfRange { row: r, rows: self.rows });
         }
@@ -104,7 +151,12 @@ enum Path {
 }
 
 fn path_for(w: &Matrix<'_>) -> Result<Path, Error> {
-    let Some(k) = kernel_for(w.type_id()) else { return Ok(Path::Generic) };
+    let Some(k) = kernel_for(w.type_id()) else {
+        if w.repacked.is_some() {
+            return Err(Error::RepackedRows { type_name: w.traits.name });
+        }
+        return Ok(Path::Generic);
+    };
     let act = ggml_quants::lookup_id(k.vec_dot_type)?;
     let quantize = match act_quantizer_for(k.vec_dot_type) {
         Some(q) => q.quantize,
@@ -192,9 +244,10 @@ fn matmul_imp(
                     total_rows: rows,
                     expert,
                 };
-                match k.tile {
-                    Some(f) => f(&t, out, ys),
-                    None => tile_by_vec_dot(k.vec_dot, &t, out, ys),
+                match (w.repacked, k.tile) {
+                    (Some(r), _) => (r.tile)(&t, out, ys),
+                    (None, Some(f)) => f(&t, out, ys),
+                    (None, None) => tile_by_vec_dot(k.vec_dot, &t, out, ys),
                 }
             };
             split(pool, rows, n_tokens, act_row, w.row_bytes, y, &tile);
@@ -301,7 +354,8 @@ fn split(
     let tb = (n_tokens / 8).clamp(4, (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK));
     // Rows per tile: the tile's weights (re-read once per 4 tokens) stay in L2, and the
     // kernel's per-tile set-up (activation scales) is amortised over many rows.
-    let row_block = (ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 512);
+    // A multiple of 8 rows: repacked layouts keep 8-row groups together.
+    let row_block = (ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 512) / 8 * 8;
     let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(tb * rows).map(Mutex::new).collect();
     pool.for_each(chunks.len(), &|i| {
         let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());

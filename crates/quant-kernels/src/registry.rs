@@ -99,12 +99,41 @@ pub struct ActQuantizer {
 
 inventory::collect!(ActQuantizer);
 
+/// Rewrites a weight matrix (`rows` × `cols`, as stored in GGUF) into a kernel's own layout.
+pub type RepackFn = fn(w: &[u8], rows: usize, cols: usize) -> Vec<u8>;
+
+/// A load-time layout for one weight type (llama.cpp's "repack"): the rewrite and the tile
+/// kernel that reads it. The repacked bytes have the size of the original and keep every
+/// 8-row group in its own `8 × row_size` bytes, so tiles split at multiples of 8 rows.
+/// The activations are those of the type's [`Kernel`] (`vec_dot_type`).
+#[derive(Debug)]
+pub struct Repacker {
+    /// GGUF / ggml id of the weight type.
+    pub type_id: u32,
+    /// Backend name.
+    pub backend: &'static str,
+    /// Higher wins among available repackers of the same type.
+    pub priority: i32,
+    /// Whether this CPU can run the tile kernel.
+    pub available: fn() -> bool,
+    /// Whether a matrix of this shape is repacked (llama.cpp: rows a multiple of 8).
+    pub applies: fn(rows: usize, cols: usize) -> bool,
+    /// The rewrite.
+    pub repack: RepackFn,
+    /// Tile kernel over repacked rows (`Tile::w` starts at an 8-row group, `rows` is a
+    /// multiple of 8, `w_stride` is the original row size).
+    pub tile: TileFn,
+}
+
+inventory::collect!(Repacker);
+
 /// Always true: for portable (scalar) entries.
 pub fn always() -> bool {
     true
 }
 
 struct Index {
+    repackers: BTreeMap<u32, &'static Repacker>,
     kernels: BTreeMap<u32, &'static Kernel>,
     all_kernels: BTreeMap<u32, Vec<&'static Kernel>>,
     acts: BTreeMap<u32, &'static ActQuantizer>,
@@ -132,7 +161,13 @@ fn index() -> &'static Index {
             all_kernels.iter().filter_map(|(&id, v)| v.iter().find(|k| (k.available)()).map(|k| (id, *k))).collect();
         let acts =
             all_acts.iter().filter_map(|(&id, v)| v.iter().find(|a| (a.available)()).map(|a| (id, *a))).collect();
-        Index { kernels, all_kernels, acts, all_acts }
+        let mut repackers: BTreeMap<u32, &'static Repacker> = BTreeMap::new();
+        for r in inventory::iter::<Repacker> {
+            if (r.available)() && repackers.get(&r.type_id).is_none_or(|o| o.priority < r.priority) {
+                repackers.insert(r.type_id, r);
+            }
+        }
+        Index { repackers, kernels, all_kernels, acts, all_acts }
     })
 }
 
@@ -140,6 +175,13 @@ fn index() -> &'static Index {
 /// the type runs through the generic dequantize path.
 pub fn kernel_for(type_id: u32) -> Option<&'static Kernel> {
     index().kernels.get(&type_id).copied()
+}
+
+/// The repacker for a `rows` × `cols` matrix of `type_id` on this CPU, if the type has
+/// one that applies to the shape (and a kernel giving its activation type).
+pub fn repacker_for(type_id: u32, rows: usize, cols: usize) -> Option<&'static Repacker> {
+    let r = index().repackers.get(&type_id).copied()?;
+    ((r.applies)(rows, cols) && kernel_for(type_id).is_some()).then_some(r)
 }
 
 /// Every registered kernel for `type_id` (available here or not), best first.
