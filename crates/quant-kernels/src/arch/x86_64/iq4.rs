@@ -155,7 +155,8 @@ struct Args<'a> {
     y_stride: usize,
 }
 
-/// IQ4_NL (`MX == false`) or MXFP4 rows against tokens `t0..t0+T`, along path `P`.
+/// IQ4_NL (`MX == false`) or MXFP4 rows against tokens `t0..t0+T`, along path `P`
+/// (`vec_dot` or tinyBLAS: 8 lanes per row; the repacked path is [`b32_rep8`]).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut: __m256i, t0: usize) {
     let (wbytes, qs) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
@@ -166,7 +167,6 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
         let wr = a.w.add(r * a.w_stride);
         let mut acc = [_mm256_setzero_ps(); T];
         let mut acc2 = [_mm256_setzero_ps(); T];
-        let mut accs = [0f32; T];
         let mut tail = [(0f32, 0i32); T];
         for b in 0..nb {
             let wb = wr.add(b * wbytes);
@@ -177,9 +177,7 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
                 let xq = load256(a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2));
                 let dot = _mm256_dpbusd_epi32(*a.p.off.get_unchecked(tt * nb + b), q, xq);
                 let d = dw * *a.p.d.get_unchecked(b * a.tokens + tt);
-                if P == P_REPACK {
-                    accs[t] = (hsum_i8(dot) as f32).mul_add(d, accs[t]);
-                } else if b >= paired {
+                if b >= paired {
                     tail[t] = (d, hsum_i8(dot));
                 } else if P == P_VECDOT && b % 2 == 1 {
                     acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot), acc2[t]);
@@ -190,7 +188,6 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
         }
         for t in 0..T {
             let v = match P {
-                P_REPACK => accs[t],
                 P_TINY => hsum_f8(acc[t]),
                 _ => {
                     let s = hsum_f8(_mm256_add_ps(acc[t], acc2[t]));
@@ -207,18 +204,37 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
     }
 }
 
+/// Byte offsets of up to 8 rows `stride` apart; past the last of `n` rows the last one
+/// repeats (its lanes are computed and not stored).
+#[inline(always)]
+fn row_offsets(n: usize, stride: usize) -> [usize; 8] {
+    core::array::from_fn(|i| i.min(n - 1) * stride)
+}
+
+/// Stores lanes `0..n` of `v` at `p`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
+    if n == 8 {
+        _mm256_storeu_ps(p, v);
+    } else {
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(p, mask, v);
+    }
+}
+
 /// The 32 codes of one block in each of 8 rows (16 code bytes at `p + i·stride` for row
 /// `i`), looked up in `lut`, transposed to one 32-bit lane per row: `u[g]` lane `i` holds
 /// elements `4g..4g+4` of row `i` (low nibbles of code bytes `4g..4g+4` for `g < 4`, high
 /// nibbles of bytes `4(g−4)..` for `g ≥ 4`).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn decode_t8(p: *const u8, stride: usize, lut: __m256i) -> [__m256i; 8] {
+unsafe fn decode_t8(p: *const u8, ro: &[usize; 8], lut: __m256i) -> [__m256i; 8] {
     // Rows i and i + 4 in the two halves, then a 4 × 4 transpose of 32-bit words per half.
     let mut y = [_mm256_setzero_si256(); 4];
     for (i, yi) in y.iter_mut().enumerate() {
-        let lo = _mm_loadu_si128(p.add(i * stride) as *const __m128i);
-        let hi = _mm_loadu_si128(p.add((i + 4) * stride) as *const __m128i);
+        let lo = _mm_loadu_si128(p.add(ro[i]) as *const __m128i);
+        let hi = _mm_loadu_si128(p.add(ro[i + 4]) as *const __m128i);
         *yi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi);
     }
     let a0 = _mm256_unpacklo_epi32(y[0], y[1]);
@@ -243,25 +259,25 @@ unsafe fn decode_t8(p: *const u8, stride: usize, lut: __m256i) -> [__m256i; 8] {
 /// The weight scales of rows `0..8` (`stride` bytes apart) at `p` (fp16 or E8M0) as one vector.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn scales8<const MX: bool>(p: *const u8, stride: usize) -> __m256 {
+unsafe fn scales8<const MX: bool>(p: *const u8, ro: &[usize; 8]) -> __m256 {
     if MX {
         let mut e = [0f32; 8];
         for (i, ei) in e.iter_mut().enumerate() {
-            *ei = e8m0_to_fp32_half(*p.add(i * stride));
+            *ei = e8m0_to_fp32_half(*p.add(ro[i]));
         }
         _mm256_loadu_ps(e.as_ptr())
     } else {
-        f16x8(p, stride)
+        f16x8(p, ro)
     }
 }
 
 /// The fp16 at `p + i·stride`, `i < 8`, as one vector.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn f16x8(p: *const u8, stride: usize) -> __m256 {
+unsafe fn f16x8(p: *const u8, ro: &[usize; 8]) -> __m256 {
     let mut h = [0u16; 8];
     for (i, hi) in h.iter_mut().enumerate() {
-        *hi = (p.add(i * stride) as *const u16).read_unaligned();
+        *hi = (p.add(ro[i]) as *const u16).read_unaligned();
     }
     _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i))
 }
@@ -271,15 +287,26 @@ unsafe fn f16x8(p: *const u8, stride: usize) -> __m256 {
 /// broadcast) adds to every row's block dot and no horizontal sum is needed; per block
 /// `acc = fma(Σ, d_w·d_x, acc)` lane by lane, the scalar twin's arithmetic.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize) {
+unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize, nr: usize) {
     let (wbytes, qs) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
     let nb = a.nb;
     let w0 = a.w.add(r0 * a.w_stride);
+    let ro = row_offsets(nr, a.w_stride);
+    // The next 8 rows (contiguous after these) are prefetched a few lines per block, so
+    // that their weights stream in while these are computed (`wrapping_add`: past the last
+    // rows the address is only prefetched, never read).
+    let next = w0.wrapping_add(8 * a.w_stride);
+    let pf_per_block = (8 * a.w_stride).div_ceil(64).div_ceil(nb);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
+        if t0 == 0 {
+            for l in 0..pf_per_block {
+                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add((b * pf_per_block + l) * 64) as *const i8);
+            }
+        }
         let wb = w0.add(b * wbytes);
-        let u = decode_t8(wb.add(qs), a.w_stride, lut);
-        let dw = scales8::<MX>(wb, a.w_stride);
+        let u = decode_t8(wb.add(qs), &ro, lut);
+        let dw = scales8::<MX>(wb, &ro);
         for (t, acc) in acc.iter_mut().enumerate() {
             let tt = t0 + t;
             let xq = a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2) as *const i32;
@@ -292,32 +319,33 @@ unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        _mm256_storeu_ps(a.y.add((t0 + t) * a.y_stride + r0), *acc);
+        store_n(a.y.add((t0 + t) * a.y_stride + r0), *acc, nr);
     }
 }
 
 /// The tiled IQ4_XS path for 8 rows at once (one lane per row, as [`b32_rep8`]): per
 /// 256-block the exact `s1 = Σ ls·dot`, `r = s1·d_w`, `acc = fma(r, d_x, acc)`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize) {
+unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize, nr: usize) {
     let nb = a.nb;
     let w0 = a.w.add(r0 * a.w_stride);
+    let ro = row_offsets(nr, a.w_stride);
     let mut acc = [_mm256_setzero_ps(); T];
     let mut u = [[_mm256_setzero_si256(); 8]; 8];
     for b in 0..nb {
         let wb = w0.add(b * IQ4_XS_BYTES);
         // `ls[sb]`: the scale of sub-block `sb` in each of the 8 rows.
         let mut ls = [[0i32; 8]; 8];
-        for i in 0..8 {
-            let sc = s::iq4_xs_scales(core::slice::from_raw_parts(wb.add(i * a.w_stride), 8));
+        for (i, &o) in ro.iter().enumerate() {
+            let sc = s::iq4_xs_scales(core::slice::from_raw_parts(wb.add(o), 8));
             for (row_scales, &l) in ls.iter_mut().zip(&sc) {
                 row_scales[i] = l;
             }
         }
         for (sb, usb) in u.iter_mut().enumerate() {
-            *usb = decode_t8(wb.add(8 + 16 * sb), a.w_stride, lut);
+            *usb = decode_t8(wb.add(8 + 16 * sb), &ro, lut);
         }
-        let dw = f16x8(wb, a.w_stride);
+        let dw = f16x8(wb, &ro);
         for (t, acc) in acc.iter_mut().enumerate() {
             let tt = t0 + t;
             let xq = a.x.add(tt * a.x_stride + b * Q8_K_BYTES + 4) as *const i32;
@@ -337,54 +365,43 @@ unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: u
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        _mm256_storeu_ps(a.y.add((t0 + t) * a.y_stride + r0), *acc);
+        store_n(a.y.add((t0 + t) * a.y_stride + r0), *acc, nr);
     }
 }
 
-/// Runs `rep8::<T>` over rows in groups of 8 and tokens in groups of up to 8, then the
-/// leftover rows through `imp` (the per-row kernel of the same path).
+/// Runs `rep8::<T>` over the rows in groups of up to 8 and the tokens in groups of up to 8.
 macro_rules! by_rows8 {
-    ($t:expr, $args:expr, $lut:expr, $rep8:ident, [$($g8:tt)*], $imp:ident, [$($g:tt)*]) => {{
-        let rows8 = $t.rows - $t.rows % 8;
+    ($t:expr, $args:expr, $lut:expr, $rep8:ident, [$($g8:tt)*]) => {{
         let mut r0 = 0;
-        while r0 < rows8 {
+        while r0 < $t.rows {
+            let nr = ($t.rows - r0).min(8);
             let mut t0 = 0;
             while t0 < $t.tokens {
                 match $t.tokens - t0 {
-                    1 => $rep8::<1, $($g8)*>(&$args, $lut, t0, r0),
-                    2 => $rep8::<2, $($g8)*>(&$args, $lut, t0, r0),
-                    3 => $rep8::<3, $($g8)*>(&$args, $lut, t0, r0),
-                    4 => $rep8::<4, $($g8)*>(&$args, $lut, t0, r0),
-                    5 => $rep8::<5, $($g8)*>(&$args, $lut, t0, r0),
-                    6 => $rep8::<6, $($g8)*>(&$args, $lut, t0, r0),
-                    7 => $rep8::<7, $($g8)*>(&$args, $lut, t0, r0),
-                    _ => $rep8::<8, $($g8)*>(&$args, $lut, t0, r0),
+                    1 => $rep8::<1, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    2 => $rep8::<2, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    3 => $rep8::<3, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    4 => $rep8::<4, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    5 => $rep8::<5, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    6 => $rep8::<6, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    7 => $rep8::<7, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    _ => $rep8::<8, $($g8)*>(&$args, $lut, t0, r0, nr),
                 }
                 t0 += 8;
             }
             r0 += 8;
         }
-        if rows8 < $t.rows {
-            let rest = Args {
-                w: $args.w.add(rows8 * $args.w_stride),
-                rows: $t.rows - rows8,
-                y: $args.y.add(rows8),
-                ..$args
-            };
-            by_tokens!($t, rest, $lut, $imp, $($g)*);
-        }
     }};
 }
 
-/// IQ4_XS rows against tokens `t0..t0+T`; `TILED`: the tiled matmul's per-block rounding,
-/// else vec_dot's 8 lanes.
+/// IQ4_XS rows against tokens `t0..t0+T` in vec_dot's arithmetic (8 lanes per row; the
+/// tiled path is [`xs_tiled8`]).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn xs_imp<const T: usize, const TILED: bool>(a: &Args<'_>, lut: __m256i, t0: usize) {
+unsafe fn xs_imp<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) {
     let nb = a.nb;
     for r in 0..a.rows {
         let wr = a.w.add(r * a.w_stride);
         let mut acc = [_mm256_setzero_ps(); T];
-        let mut summ = [0f32; T];
         for b in 0..nb {
             let wb = wr.add(b * IQ4_XS_BYTES);
             let dw = f16_at(wb);
@@ -393,7 +410,7 @@ unsafe fn xs_imp<const T: usize, const TILED: bool>(a: &Args<'_>, lut: __m256i, 
             for (sb, qv) in q.iter_mut().enumerate() {
                 *qv = decode32(wb.add(8 + 16 * sb), lut);
             }
-            for t in 0..T {
+            for (t, acc) in acc.iter_mut().enumerate() {
                 let tt = t0 + t;
                 let xb = a.x.add(tt * a.x_stride + b * Q8_K_BYTES);
                 let off = a.p.off.as_ptr().add((tt * nb + b) * 8);
@@ -403,16 +420,11 @@ unsafe fn xs_imp<const T: usize, const TILED: bool>(a: &Args<'_>, lut: __m256i, 
                     sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_set1_epi32(ls[sb])));
                 }
                 let dx = *a.p.d.get_unchecked(b * a.tokens + tt);
-                if TILED {
-                    let r = hsum_i8(sumi) as f32 * dw;
-                    summ[t] = r.mul_add(dx, summ[t]);
-                } else {
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
-                }
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(sumi), *acc);
             }
         }
-        for t in 0..T {
-            *a.y.add((t0 + t) * a.y_stride + r) = if TILED { summ[t] } else { hsum_f8(acc[t]) };
+        for (t, acc) in acc.iter().enumerate() {
+            *a.y.add((t0 + t) * a.y_stride + r) = hsum_f8(*acc);
         }
     }
 }
@@ -473,7 +485,7 @@ fn b32_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         };
         let lut = biased_lut(if MX { &KVALUES_FP4 } else { &KVALUES_IQ4NL });
         match path {
-            P_REPACK => by_rows8!(t, args, lut, b32_rep8, [MX], b32_imp, [MX, P_REPACK]),
+            P_REPACK => by_rows8!(t, args, lut, b32_rep8, [MX]),
             P_TINY => by_tokens!(t, args, lut, b32_imp, MX, P_TINY),
             _ => by_tokens!(t, args, lut, b32_imp, MX, P_VECDOT),
         }
@@ -517,9 +529,9 @@ pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         };
         let lut = biased_lut(&KVALUES_IQ4NL);
         if tiled {
-            by_rows8!(t, args, lut, xs_tiled8, [], xs_imp, [true]);
+            by_rows8!(t, args, lut, xs_tiled8, []);
         } else {
-            by_tokens!(t, args, lut, xs_imp, false);
+            by_tokens!(t, args, lut, xs_imp,);
         }
         PREP.with(|c| c.set(p));
     }
