@@ -7,6 +7,16 @@
 //! activations by `vpdpbusd`; `128·Σx` per 4-byte lane, computed once per tile for every
 //! activation block, is the accumulator's initial value (negated), so each lane is the
 //! exact `Σ kvalue·x` of its 4 elements — the lanes of ggml's `maddubs`/`madd` sums.
+//!
+//! The paths whose float arithmetic works on whole-block sums (the repacked 8×8 kernels of
+//! IQ4_NL and MXFP4, IQ4_XS's tiled matmul) run 8 weight rows at once with one 32-bit lane
+//! per row, as llama.cpp's repacked kernels do: the 8 rows' codes are transposed on the
+//! fly, 4 activations are broadcast per `vpdpbusd`, and no horizontal sum is needed. The
+//! `vec_dot` and tinyBLAS paths keep 8 lanes per row and run one row at a time.
+//!
+//! Products agree bit for bit with the scalar twins for any input, and with ggml for the
+//! activations its quantizers produce (`−127..=127`; ggml's sign trick would differ on a
+//! `−128`).
 
 use core::arch::x86_64::*;
 
