@@ -9,8 +9,8 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use ggml_quants::types::{f16::F16, f32::F32, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K, q5_0::Q5_0, q5_1::Q5_1};
-use ggml_quants::types::{q5_k::Q5K, q6_k::Q6K, q8_0::Q8_0, q8_1::Q8_1, q8_k::Q8K};
+use ggml_quants::types::{f16::F16, f32::F32, q2_k::Q2K, q3_k::Q3K, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K};
+use ggml_quants::types::{q5_0::Q5_0, q5_1::Q5_1, q5_k::Q5K, q6_k::Q6K, q8_0::Q8_0, q8_1::Q8_1, q8_k::Q8K};
 use ggml_quants::GgmlType;
 
 use crate::registry::{ActQuantizer, Kernel};
@@ -73,6 +73,8 @@ neon_kernel!(Q4_1, Q8_1, neon::q4_1_q8_1);
 neon_kernel!(Q5_0, Q8_0, neon::q5_0_q8_0);
 neon_kernel!(Q5_1, Q8_1, neon::q5_1_q8_1);
 neon_kernel!(Q8_0, Q8_0, neon::q8_0_q8_0);
+neon_kernel!(Q2K, Q8K, neon::q2_k_q8_k);
+neon_kernel!(Q3K, Q8K, neon::q3_k_q8_k);
 neon_kernel!(Q4K, Q8K, neon::q4_k_q8_k);
 neon_kernel!(Q5K, Q8K, neon::q5_k_q8_k);
 neon_kernel!(Q6K, Q8K, neon::q6_k_q8_k);

@@ -31,7 +31,7 @@ use core::arch::aarch64::*;
 
 use super::{has_dotprod, has_neon};
 use crate::scalar::act::{Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES};
-use crate::scalar::dots::scale_min_k4;
+use crate::scalar::dots::{q3_k_scales, scale_min_k4};
 use crate::scalar::{act as sact, dots as sd, f16_at, f32_at};
 
 // ---------------------------------------------------------------------------------------
@@ -82,6 +82,21 @@ fn ld_f16(b: &[u8], at: usize) -> float32x4_t {
     unsafe {
         core::arch::asm!("fcvtl {0:v}.4s, {1:v}.4h", out(vreg) r, in(vreg) h,
             options(pure, nomem, nostack, preserves_flags));
+    }
+    r
+}
+
+/// The little-endian fp16 at byte `at` of `b` as f32 (FCVT, exact; the same value as
+/// `half`'s conversion used by the scalar twins, without its per-call feature check).
+#[target_feature(enable = "neon")]
+#[inline]
+fn f16_le(b: &[u8], at: usize) -> f32 {
+    let h = u16::from_le_bytes([b[at], b[at + 1]]);
+    let r: f32;
+    // SAFETY: scalar FCVT (half → single) is part of the base aarch64 FP unit; the asm
+    // touches only its two registers.
+    unsafe {
+        core::arch::asm!("fcvt {0:s}, {1:h}", out(vreg) r, in(vreg) h, options(pure, nomem, nostack, preserves_flags));
     }
     r
 }
@@ -171,7 +186,7 @@ unsafe fn q4_0_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
         let hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(v)), s8);
         // SAFETY: forwarded from the caller.
         let sumi = unsafe { dot32::<SDOT>(lo, ld_i8(y, 2), hi, ld_i8(y, 18)) };
-        sumf += sumi as f32 * (f16_at(b, 0) * f16_at(y, 0));
+        sumf += sumi as f32 * (f16_le(b, 0) * f16_le(y, 0));
     }
     sumf
 }
@@ -189,7 +204,7 @@ unsafe fn q4_1_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
         let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v));
         // SAFETY: forwarded from the caller.
         let sumi = unsafe { dot32::<SDOT>(lo, ld_i8(y, 4), hi, ld_i8(y, 20)) };
-        sumf += (f16_at(b, 0) * f16_at(y, 0)) * sumi as f32 + f16_at(b, 2) * f16_at(y, 2);
+        sumf += (f16_le(b, 0) * f16_le(y, 0)) * sumi as f32 + f16_le(b, 2) * f16_le(y, 2);
     }
     sumf
 }
@@ -218,7 +233,7 @@ unsafe fn q5_0_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
         let (lo, hi) = q5_values(b, 2, 6, 16);
         // SAFETY: forwarded from the caller.
         let sumi = unsafe { dot32::<SDOT>(lo, ld_i8(y, 2), hi, ld_i8(y, 18)) };
-        sumf += sumi as f32 * (f16_at(b, 0) * f16_at(y, 0));
+        sumf += sumi as f32 * (f16_le(b, 0) * f16_le(y, 0));
     }
     sumf
 }
@@ -233,7 +248,7 @@ unsafe fn q5_1_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
         let (lo, hi) = q5_values(b, 4, 8, 0);
         // SAFETY: forwarded from the caller.
         let sumi = unsafe { dot32::<SDOT>(lo, ld_i8(y, 4), hi, ld_i8(y, 20)) };
-        sumf += (f16_at(b, 0) * f16_at(y, 0)) * sumi as f32 + f16_at(b, 2) * f16_at(y, 2);
+        sumf += (f16_le(b, 0) * f16_le(y, 0)) * sumi as f32 + f16_le(b, 2) * f16_le(y, 2);
     }
     sumf
 }
@@ -247,7 +262,7 @@ unsafe fn q8_0_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
     for (b, y) in w.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(Q8_0_BYTES)) {
         // SAFETY: forwarded from the caller.
         let sumi = unsafe { dot32::<SDOT>(ld_i8(b, 2), ld_i8(y, 2), ld_i8(b, 18), ld_i8(y, 18)) };
-        sumf += sumi as f32 * (f16_at(b, 0) * f16_at(y, 0));
+        sumf += sumi as f32 * (f16_le(b, 0) * f16_le(y, 0));
     }
     sumf
 }
@@ -320,7 +335,7 @@ unsafe fn q4_k_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
         // SAFETY: forwarded from the caller.
         let isum = unsafe { k4_isum::<SDOT>(b, 16, y, &sc, |_, _, _| zero) };
         let yd = f32_at(y, 0);
-        sumf += f16_at(b, 0) * yd * isum as f32 - f16_at(b, 2) * yd * summ as f32;
+        sumf += f16_le(b, 0) * yd * isum as f32 - f16_le(b, 2) * yd * summ as f32;
     }
     sumf
 }
@@ -343,7 +358,7 @@ unsafe fn q5_k_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
         // SAFETY: forwarded from the caller.
         let isum = unsafe { k4_isum::<SDOT>(b, 48, y, &sc, hb) };
         let yd = f32_at(y, 0);
-        sumf += f16_at(b, 0) * yd * isum as f32 - f16_at(b, 2) * yd * summ as f32;
+        sumf += f16_le(b, 0) * yd * isum as f32 - f16_le(b, 2) * yd * summ as f32;
     }
     sumf
 }
@@ -380,7 +395,87 @@ unsafe fn q6_k_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
                 }
             }
         }
-        sumf += f16_at(b, 208) * f32_at(y, 0) * isum as f32;
+        sumf += f16_le(b, 208) * f32_at(y, 0) * isum as f32;
+    }
+    sumf
+}
+
+/// # Safety
+/// With `SDOT = true` the CPU must have FEAT_DotProd.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn q2_k_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
+    let m3 = vdupq_n_u8(3);
+    let mut sumf = 0f32;
+    for (b, y) in w.chunks_exact(84).zip(x.chunks_exact(Q8_K_BYTES)) {
+        // summs = Σ_j bsums[j] · (scales[j] >> 4), widened to i32 (exact for any bytes).
+        let mins = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(vshrq_n_u8::<4>(ld_u8(b, 0)))));
+        let mins_hi = vreinterpretq_s16_u16(vmovl_high_u8(vshrq_n_u8::<4>(ld_u8(b, 0))));
+        let (bs0, bs1) = (vreinterpretq_s16_u8(ld_u8(y, 260)), vreinterpretq_s16_u8(ld_u8(y, 276)));
+        let p = vaddq_s32(
+            vaddq_s32(vmull_s16(vget_low_s16(bs0), vget_low_s16(mins)), vmull_high_s16(bs0, mins)),
+            vaddq_s32(vmull_s16(vget_low_s16(bs1), vget_low_s16(mins_hi)), vmull_high_s16(bs1, mins_hi)),
+        );
+        let summs = vaddvq_s32(p);
+        let mut isum = 0i32;
+        for k in 0..2 {
+            for half in 0..2 {
+                let v = ld_u8(b, 16 + 32 * k + 16 * half);
+                let parts = [
+                    vandq_u8(v, m3),
+                    vandq_u8(vshrq_n_u8::<2>(v), m3),
+                    vandq_u8(vshrq_n_u8::<4>(v), m3),
+                    vshrq_n_u8::<6>(v),
+                ];
+                for (s, a) in parts.into_iter().enumerate() {
+                    let q = ld_i8(y, 4 + 128 * k + 32 * s + 16 * half);
+                    // SAFETY: forwarded from the caller.
+                    let d = unsafe { vaddvq_s32(dot::<SDOT>(vdupq_n_s32(0), vreinterpretq_s8_u8(a), q)) };
+                    isum += (b[8 * k + 2 * s + half] & 0xF) as i32 * d;
+                }
+            }
+        }
+        let yd = f32_at(y, 0);
+        let dall = yd * f16_le(b, 80);
+        let dmin = yd * f16_le(b, 82);
+        sumf += dall * isum as f32 - dmin * summs as f32;
+    }
+    sumf
+}
+
+/// # Safety
+/// With `SDOT = true` the CPU must have FEAT_DotProd.
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn q3_k_body<const SDOT: bool>(w: &[u8], x: &[u8]) -> f32 {
+    let m3 = vdupq_n_u8(3);
+    let four = vdupq_n_u8(4);
+    let mut sumf = 0f32;
+    for (b, y) in w.chunks_exact(110).zip(x.chunks_exact(Q8_K_BYTES)) {
+        let scales = q3_k_scales(&b[96..108]);
+        let mut isum = 0i32;
+        for j in 0..2 {
+            for half in 0..2 {
+                let v = ld_u8(b, 32 + 32 * j + 16 * half);
+                let hm = ld_u8(b, 16 * half);
+                let parts = [
+                    vandq_u8(v, m3),
+                    vandq_u8(vshrq_n_u8::<2>(v), m3),
+                    vandq_u8(vshrq_n_u8::<4>(v), m3),
+                    vshrq_n_u8::<6>(v),
+                ];
+                for (s, q) in parts.into_iter().enumerate() {
+                    // − 4 where the hmask bit is clear.
+                    let clear = vmvnq_u8(vtstq_u8(hm, vdupq_n_u8(1 << (4 * j + s))));
+                    let a = vsubq_s8(vreinterpretq_s8_u8(q), vreinterpretq_s8_u8(vandq_u8(clear, four)));
+                    let pos = 128 * j + 32 * s + 16 * half;
+                    // SAFETY: forwarded from the caller.
+                    let d = unsafe { vaddvq_s32(dot::<SDOT>(vdupq_n_s32(0), a, ld_i8(y, 4 + pos))) };
+                    isum += (scales[pos / 16] as i32 - 32) * d;
+                }
+            }
+        }
+        sumf += f16_le(b, 108) * f32_at(y, 0) * isum as f32;
     }
     sumf
 }
@@ -445,6 +540,14 @@ kernel!(
     q8_0_q8_0, q8_0_body, q8_0_sdot, q8_0_widen, sd::q8_0_q8_0
 );
 kernel!(
+    /// `ggml_vec_dot_q2_K_q8_K` (twin: `scalar::dots::q2_k_q8_k`, bit-identical).
+    q2_k_q8_k, q2_k_body, q2_k_sdot, q2_k_widen, sd::q2_k_q8_k
+);
+kernel!(
+    /// `ggml_vec_dot_q3_K_q8_K` (twin: `scalar::dots::q3_k_q8_k`, bit-identical).
+    q3_k_q8_k, q3_k_body, q3_k_sdot, q3_k_widen, sd::q3_k_q8_k
+);
+kernel!(
     /// `ggml_vec_dot_q4_K_q8_K` (twin: `scalar::dots::q4_k_q8_k`, bit-identical).
     q4_k_q8_k, q4_k_body, q4_k_sdot, q4_k_widen, sd::q4_k_q8_k
 );
@@ -506,7 +609,7 @@ unsafe fn f16_neon(w: &[u8], x: &[u8]) -> f32 {
     let np = n & !15;
     let mut sumf = fma_steps(np, |i| (ld_f16(w, 2 * i), ld_f16(x, 2 * i))) as f64;
     for i in np..n {
-        sumf += (f16_at(w, 2 * i) * f16_at(x, 2 * i)) as f64;
+        sumf += (f16_le(w, 2 * i) * f16_le(x, 2 * i)) as f64;
     }
     sumf as f32
 }
@@ -754,6 +857,28 @@ mod tests {
             sdot: q8_0_sdot,
             widen: q8_0_widen,
             twin: sd::q8_0_q8_0,
+        },
+        Case {
+            name: "q2_K",
+            qk: 256,
+            bytes: 84,
+            f16s: &[80, 82],
+            act: Act::Q8K,
+            public: q2_k_q8_k,
+            sdot: q2_k_sdot,
+            widen: q2_k_widen,
+            twin: sd::q2_k_q8_k,
+        },
+        Case {
+            name: "q3_K",
+            qk: 256,
+            bytes: 110,
+            f16s: &[108],
+            act: Act::Q8K,
+            public: q3_k_q8_k,
+            sdot: q3_k_sdot,
+            widen: q3_k_widen,
+            twin: sd::q3_k_q8_k,
         },
         Case {
             name: "q4_K",
@@ -1094,7 +1219,7 @@ mod tests {
 
     #[test]
     fn registry_selects_neon() {
-        for name in ["f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"] {
+        for name in ["f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"] {
             let id = ggml_quants::lookup_name(name).unwrap().id;
             assert!(kernels_of(id).iter().any(|k| k.backend == "neon"), "{name}");
             assert_eq!(kernel_for(id).unwrap().backend, "neon", "{name}");
