@@ -5,7 +5,7 @@
 use quant_kernels::registry::{kernels_of, Kernel};
 use quant_kernels::scalar::act::{quantize_q8_0, quantize_q8_k};
 use quant_kernels::scalar::iq4::{self as s, Path};
-use quant_kernels::{matmul, matmul_expert, Matrix, Pool, Tile};
+use quant_kernels::{matmul, matmul_expert, Matrix, Pool, Repacked, Tile};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -357,5 +357,62 @@ fn a_wrong_code_is_detected() {
             let k = kernel(type_id, "avx512vnni").unwrap();
             assert_ne!((k.vec_dot)(cols, &bad, &xq).to_bits(), twin(type_id, Path::VecDot, &w, &xq).to_bits());
         }
+    }
+}
+
+/// IQ4_NL and MXFP4 matrices repacked at load time (row count a multiple of 8, as llama.cpp
+/// repacks them): every output of `matmul` / `matmul_expert` bit-identical to the scalar
+/// twin's repacked path (and so to the matrix used as stored); other shapes stay as stored.
+#[test]
+fn repacked_matrices_are_bit_identical_to_twins() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let pool = Pool::new(2);
+    let mut compared = 0usize;
+    for (type_id, qk, bb, _) in TYPES {
+        if type_id == IQ4_XS {
+            let w = weights(&mut rng, type_id, 8, 256);
+            assert!(Repacked::new(&Matrix::new(type_id, &w, 8, 256).unwrap()).is_none(), "iq4_xs is never repacked");
+            continue;
+        }
+        let w = weights(&mut rng, type_id, 12, 64);
+        assert!(Repacked::new(&Matrix::new(type_id, &w, 12, 64).unwrap()).is_none(), "12 rows are not repacked");
+        for (rows, nb) in [(8usize, 1usize), (16, 3), (40, 18), (136, 2)] {
+            let cols = nb * qk;
+            let w = weights(&mut rng, type_id, rows, cols);
+            let m = Matrix::new(type_id, &w, rows, cols).unwrap();
+            let Some(rp) = Repacked::new(&m) else {
+                assert!(!has_simd(), "a VNNI CPU without the {type_id} repacker");
+                return;
+            };
+            assert!(rp.backend().ends_with("x8"), "repacked by {}", rp.backend());
+            let mr = rp.matrix();
+            let wrow = nb * bb;
+            for n_tokens in [1usize, 2, 3, 4, 7, 9, 16, 21] {
+                let (xf, xq, xrow) = acts(&mut rng, type_id, n_tokens, cols);
+                for expert in [false, true] {
+                    let mut y = vec![f32::NAN; rows * n_tokens];
+                    if expert {
+                        matmul_expert(&pool, &mr, &xf, n_tokens, &mut y).unwrap();
+                    } else {
+                        matmul(&pool, &mr, &xf, n_tokens, &mut y).unwrap();
+                    }
+                    for t in 0..n_tokens {
+                        for r in 0..rows {
+                            let want = twin(type_id, Path::Repack, &w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
+                            let got = y[t * rows + r];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "repacked type {type_id} {rows}x{cols} tokens {n_tokens} expert {expert} y[{t}][{r}]"
+                            );
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if has_simd() {
+        assert!(compared > 20_000, "only {compared} comparisons");
     }
 }

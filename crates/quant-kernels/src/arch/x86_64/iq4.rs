@@ -582,6 +582,153 @@ pub fn iq4_xs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
     dot_via_tile(iq4_xs_tile, n, w, x)
 }
 
+// ---------------------------------------------------------------------------------------
+// Load-time repacking (llama.cpp's `block_iq4_nlx8` / `block_mxfp4x8`: it repacks IQ4_NL and
+// MXFP4 matrices whose row count is a multiple of 8 on AVX2 machines).
+//
+// Layout per 8-row group and 32-column block (the size of the 8 original blocks): the 8
+// scales (fp16, or E8M0 bytes), then four 32-byte vectors; vector `k` holds, for row `i`,
+// code bytes `4k..4k+4` at `4i..4i+4`. The low nibbles of vector `k` are then, in 32-bit
+// lane `i`, row `i`'s elements `4k..4k+4` and the high nibbles its elements `16+4k..`: the
+// transposed codes of [`decode_t8`] without the shuffling, and the same arithmetic.
+
+/// llama.cpp repacks IQ4_NL and MXFP4 matrices whose row count is a multiple of 8.
+fn repack_applies(rows: usize, cols: usize) -> bool {
+    rows > 0 && rows.is_multiple_of(8) && cols.is_multiple_of(32)
+}
+
+/// GGUF rows of a 32-element block format (`wb` bytes per block, `sb` scale bytes) → the
+/// 8-row group layout.
+fn repack_b32(w: &[u8], rows: usize, cols: usize, wb: usize, sb: usize) -> Vec<u8> {
+    let nb = cols / 32;
+    let row = nb * wb;
+    let mut out = vec![0u8; w.len()];
+    for g in 0..rows / 8 {
+        for b in 0..nb {
+            let o = g * 8 * row + b * 8 * wb;
+            for i in 0..8 {
+                let src = &w[(8 * g + i) * row + b * wb..][..wb];
+                out[o + sb * i..o + sb * (i + 1)].copy_from_slice(&src[..sb]);
+                for k in 0..4 {
+                    let d = o + 8 * sb + 32 * k + 4 * i;
+                    out[d..d + 4].copy_from_slice(&src[sb + 4 * k..sb + 4 * k + 4]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// IQ4_NL rows → 8-row groups.
+pub fn repack_iq4_nl(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    repack_b32(w, rows, cols, IQ4_NL_BYTES, 2)
+}
+
+/// MXFP4 rows → 8-row groups.
+pub fn repack_mxfp4(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    repack_b32(w, rows, cols, MXFP4_BYTES, 1)
+}
+
+/// `GGML_E8M0_TO_FP32_HALF` of 8 bytes at `p`, as [`e8m0_to_fp32_half`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn e8m0_half_x8(p: *const u8) -> __m256 {
+    let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    let big = _mm256_slli_epi32::<23>(_mm256_sub_epi32(v, _mm256_set1_epi32(1)));
+    let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), v);
+    let is_small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+    _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, is_small))
+}
+
+/// Repacked groups `0..groups` against tokens `t0..t0+T` (the arithmetic of [`b32_rep8`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize) {
+    let (wbytes, sb) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
+    let nb = a.nb;
+    let m4 = _mm256_set1_epi8(0xF);
+    for g in 0..a.rows / 8 {
+        let gw = a.w.add(g * 8 * a.w_stride);
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..nb {
+            let p = gw.add(b * 8 * wbytes);
+            let dw = if MX { e8m0_half_x8(p) } else { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) };
+            let mut u = [_mm256_setzero_si256(); 8];
+            for k in 0..4 {
+                let v = load256(p.add(8 * sb + 32 * k));
+                u[k] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+                u[k + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4));
+            }
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let tt = t0 + t;
+                let xq = a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2) as *const i32;
+                let mut dot = _mm256_set1_epi32(*a.p.tot.get_unchecked(tt * nb + b));
+                for (k, uk) in u.iter().enumerate() {
+                    dot = _mm256_dpbusd_epi32(dot, *uk, _mm256_set1_epi32(xq.add(k).read_unaligned()));
+                }
+                let d = _mm256_mul_ps(dw, _mm256_set1_ps(*a.p.d.get_unchecked(b * a.tokens + tt)));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
+            }
+        }
+        for (t, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(a.y.add((t0 + t) * a.y_stride + 8 * g), *acc);
+        }
+    }
+}
+
+fn b32x8_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = t.n / 32;
+    let wbytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
+    check(t, y, y_stride, wbytes * nb, Q8_0_BYTES * nb, nb * 32);
+    assert!(t.rows.is_multiple_of(8) && t.w_stride == wbytes * nb, "repacked tile: whole 8-row groups");
+    if t.rows == 0 || t.tokens == 0 {
+        return;
+    }
+    // SAFETY: `check` bounds every group (`rows · w_stride` bytes), activation row and
+    // output the kernel touches and checks the CPU features (`has_vnni`).
+    unsafe {
+        let mut p = PREP.with(|c| c.take());
+        prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_0_BYTES, 2, 1, true, &mut p);
+        let args = Args {
+            w: t.w.as_ptr(),
+            w_stride: t.w_stride,
+            rows: t.rows,
+            nb,
+            x: t.x.as_ptr(),
+            x_stride: t.x_stride,
+            tokens: t.tokens,
+            p: &p,
+            y: y.as_mut_ptr(),
+            y_stride,
+        };
+        let lut = biased_lut(if MX { &KVALUES_FP4 } else { &KVALUES_IQ4NL });
+        let mut t0 = 0;
+        while t0 < t.tokens {
+            match t.tokens - t0 {
+                1 => b32x8_imp::<1, MX>(&args, lut, t0),
+                2 => b32x8_imp::<2, MX>(&args, lut, t0),
+                3 => b32x8_imp::<3, MX>(&args, lut, t0),
+                4 => b32x8_imp::<4, MX>(&args, lut, t0),
+                5 => b32x8_imp::<5, MX>(&args, lut, t0),
+                6 => b32x8_imp::<6, MX>(&args, lut, t0),
+                7 => b32x8_imp::<7, MX>(&args, lut, t0),
+                _ => b32x8_imp::<8, MX>(&args, lut, t0),
+            }
+            t0 += 8;
+        }
+        PREP.with(|c| c.set(p));
+    }
+}
+
+/// Tile over repacked IQ4_NL rows (whole 8-row groups) × Q8_0.
+pub fn iq4_nlx8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    b32x8_tile::<false>(t, y, y_stride)
+}
+
+/// Tile over repacked MXFP4 rows (whole 8-row groups) × Q8_0.
+pub fn mxfp4x8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    b32x8_tile::<true>(t, y, y_stride)
+}
+
 mod registration {
     use super::*;
     use crate::registry::Kernel;
@@ -607,4 +754,48 @@ mod registration {
     vnni_kernel!(Iq4Nl, Q8_0, iq4_nl_q8_0, iq4_nl_tile);
     vnni_kernel!(Mxfp4, Q8_0, mxfp4_q8_0, mxfp4_tile);
     vnni_kernel!(Iq4Xs, Q8K, iq4_xs_q8_k, iq4_xs_tile);
+
+    inventory::submit! {
+        crate::registry::Repacker {
+            type_id: <Iq4Nl as GgmlType>::ID,
+            backend: "avx512vnni-iq4_nlx8",
+            priority: 20,
+            available: has_vnni,
+            applies: repack_applies,
+            repack: repack_iq4_nl,
+            tile: iq4_nlx8_tile,
+        }
+    }
+    inventory::submit! {
+        crate::registry::Repacker {
+            type_id: <Mxfp4 as GgmlType>::ID,
+            backend: "avx512vnni-mxfp4x8",
+            priority: 20,
+            available: has_vnni,
+            applies: repack_applies,
+            repack: repack_mxfp4,
+            tile: mxfp4x8_tile,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e8m0_vector_conversion_matches_scalar_for_every_byte() {
+        if !has_vnni() {
+            return;
+        }
+        for base in (0..256).step_by(8) {
+            let bytes: [u8; 8] = core::array::from_fn(|i| (base + i) as u8);
+            let mut got = [0f32; 8];
+            // SAFETY: VNNI (and so AVX2) checked above; 8 readable bytes, 8 writable floats.
+            unsafe { _mm256_storeu_ps(got.as_mut_ptr(), e8m0_half_x8(bytes.as_ptr())) };
+            for (g, &b) in got.iter().zip(&bytes) {
+                assert_eq!(g.to_bits(), e8m0_to_fp32_half(b).to_bits(), "e8m0 byte {b}");
+            }
+        }
+    }
 }
