@@ -5,7 +5,7 @@
 //! kernels) and is bit-identical to a scalar twin: the quantized ones to the registered
 //! scalar kernels in `crate::scalar::dots` (exact integer block sums, then the same f32
 //! operations in the same order), F32/F16 to the twins in `neon.rs` that follow ggml's
-//! NEON lane order, the Q8_0/Q8_1 activation quantizers to `crate::scalar::act`.
+//! NEON lane order, the Q8_0/Q8_1/Q8_K activation quantizers to `crate::scalar::act`.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -81,6 +81,9 @@ neon_kernel!(Q6K, Q8K, neon::q6_k_q8_k);
 
 inventory::submit! {
     ActQuantizer { type_id: <Q8_0 as GgmlType>::ID, backend: "neon", priority: 10, available: has_neon, quantize: neon::quantize_q8_0 }
+}
+inventory::submit! {
+    ActQuantizer { type_id: <Q8K as GgmlType>::ID, backend: "neon", priority: 10, available: has_neon, quantize: neon::quantize_q8_k }
 }
 inventory::submit! {
     ActQuantizer { type_id: <Q8_1 as GgmlType>::ID, backend: "neon", priority: 10, available: has_neon, quantize: neon::quantize_q8_1 }

@@ -18,10 +18,10 @@
 //!   as `GGML_F32x4_REDUCE` (`(s0+s2)+(s1+s3)`, then `(l0+l1)+(l2+l3)`), leftovers fused
 //!   into an f32 sum (F32) or added as f32 products into an f64 sum (F16). Their scalar
 //!   twins, in the same lane order, are [`f32_f32_twin`] and [`f16_f16_twin`].
-//! - The Q8_0 / Q8_1 activation quantizers are bit-identical to `crate::scalar::act`
+//! - The Q8_0 / Q8_1 / Q8_K activation quantizers are bit-identical to `crate::scalar::act`
 //!   (the x86 rounding: `id = 127/amax`, ties to even, out-of-range → `i32::MIN`, then
 //!   saturation), not to ggml's ARM ones (`id = 1/d`), so activations do not depend on
-//!   the backend.
+//!   the backend; Q8_K is ggml's reference quantizer everywhere).
 //!
 //! Every `pub fn` is a safe wrapper that never reads out of bounds (blocks are taken with
 //! `chunks_exact`, as in the scalar kernels, and every vector load goes through a
@@ -748,6 +748,63 @@ unsafe fn quantize_q8_1_neon(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// # Safety
+/// The CPU must have NEON.
+#[target_feature(enable = "neon")]
+unsafe fn quantize_q8_k_neon(src: &[f32], dst: &mut [u8]) {
+    for (x, y) in src.chunks_exact(256).zip(dst.chunks_exact_mut(Q8_K_BYTES)) {
+        let x = &x[..256];
+        // SAFETY: `x` is 256 readable f32; `vld1q_f32` needs only f32 alignment.
+        let v: [float32x4_t; 64] = std::array::from_fn(|j| unsafe { vld1q_f32(x[4 * j..].as_ptr()) });
+        // amax over the non-NaN |v| (the reference's strict `>` never picks a NaN).
+        let mut m = vdupq_n_f32(0.0);
+        for v in &v {
+            let a = vabsq_f32(*v);
+            m = vmaxq_f32(m, vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(a), vceqq_f32(a, a))));
+        }
+        let amax = vmaxvq_f32(m);
+        if amax == 0.0 {
+            y.fill(0);
+            continue;
+        }
+        // `max`: the first value whose |v| is amax (the reference keeps the first).
+        let at = v.iter().position(|v| vmaxvq_u32(vceqq_f32(vabsq_f32(*v), vdupq_n_f32(amax))) != 0).unwrap_or(0);
+        let max = x[4 * at..4 * at + 4].iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+        let iscale = -127.0 / max;
+        // nearest_int(iscale·v) = (bits(iscale·v + 12582912) & 0x7fffff) − 0x400000, then
+        // `min(127)` and the wrapping store into i8.
+        let magic = vdupq_n_f32(12582912.0);
+        let qs = &mut y[4..260];
+        let mut q16 = [vdupq_n_s8(0); 16];
+        for (g, q16) in q16.iter_mut().enumerate() {
+            let r: [int16x4_t; 4] = std::array::from_fn(|k| {
+                let t = vaddq_f32(vmulq_n_f32(v[4 * g + k], iscale), magic);
+                let i =
+                    vsubq_s32(vandq_s32(vreinterpretq_s32_f32(t), vdupq_n_s32(0x007f_ffff)), vdupq_n_s32(0x0040_0000));
+                vmovn_s32(vminq_s32(i, vdupq_n_s32(127)))
+            });
+            *q16 = vcombine_s8(vmovn_s16(vcombine_s16(r[0], r[1])), vmovn_s16(vcombine_s16(r[2], r[3])));
+            let out = &mut qs[16 * g..16 * g + 16];
+            // SAFETY: `out` is exactly 16 writable bytes; `vst1q_s8` has no alignment requirement.
+            unsafe { vst1q_s8(out.as_mut_ptr() as *mut i8, *q16) };
+        }
+        for (g, q16) in q16.iter().enumerate() {
+            y[260 + 2 * g..262 + 2 * g].copy_from_slice(&vaddlvq_s8(*q16).to_le_bytes());
+        }
+        y[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
+/// `quantize_row_q8_K` (= `quantize_row_q8_K_ref`) on NEON (twin: `scalar::act::quantize_q8_k`).
+pub fn quantize_q8_k(src: &[f32], dst: &mut [u8]) {
+    if has_neon() {
+        // SAFETY: NEON was detected at run time; the kernel touches only `src`, `dst`.
+        unsafe { quantize_q8_k_neon(src, dst) }
+    } else {
+        sact::quantize_q8_k(src, dst)
+    }
+}
+
 /// ggml-cpu's x86 `quantize_row_q8_0` rounding on NEON (twin: `scalar::act::quantize_q8_0`).
 pub fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     if has_neon() {
@@ -1182,13 +1239,20 @@ mod tests {
         let mut got1 = vec![0xAAu8; want1.len()];
         quantize_q8_1(x, &mut got1);
         assert_eq!(got1, want1, "q8_1 {what}");
+        if x.len().is_multiple_of(256) {
+            let mut wantk = vec![0u8; x.len() / 256 * Q8_K_BYTES];
+            sact::quantize_q8_k(x, &mut wantk);
+            let mut gotk = vec![0xAAu8; wantk.len()];
+            quantize_q8_k(x, &mut gotk);
+            assert_eq!(gotk, wantk, "q8_K {what}");
+        }
     }
 
     #[test]
     fn activation_quantizers_are_bit_identical_to_scalar_twins() {
         let mut rng = StdRng::seed_from_u64(17);
         for scale in [1e-30f32, 1e-3, 1.0, 300.0, 1e30] {
-            for nb in [1usize, 2, 7, 32] {
+            for nb in [1usize, 2, 7, 8, 32] {
                 for _ in 0..10 {
                     let x: Vec<f32> = (0..32 * nb).map(|_| gauss(&mut rng) * scale).collect();
                     check_quantizers(&x, &format!("scale {scale} nb {nb}"));
@@ -1205,7 +1269,10 @@ mod tests {
         pm[3] = -2.0;
         pm[7] = 2.0;
         crafted.push(pm);
-        for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-45, -3e38, f32::MAX] {
+        let payload_nans = [f32::from_bits(0x7fc1_2345), f32::from_bits(0xff80_0001), f32::from_bits(0x7fff_ffff)];
+        for special in
+            [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-45, -3e38, f32::MAX].into_iter().chain(payload_nans)
+        {
             let mut v: Vec<f32> = (0..32).map(|_| gauss(&mut rng)).collect();
             v[rng.gen_range(0..32)] = special;
             crafted.push(v);
@@ -1214,7 +1281,22 @@ mod tests {
         crafted.push((0..32).map(|i| i as f32 * 1e-45).collect());
         for (k, x) in crafted.iter().enumerate() {
             check_quantizers(x, &format!("crafted {k}"));
+            // The same 32 values placed in a block of 256 (for Q8_K), at each eighth.
+            for p in 0..8 {
+                let mut wide: Vec<f32> = (0..256).map(|_| gauss(&mut rng) * 0.01).collect();
+                wide[32 * p..32 * p + 32].copy_from_slice(x);
+                check_quantizers(&wide, &format!("crafted {k} at {p}"));
+            }
         }
+        // Q8_K: ±max ties (the first one sets the sign of d), NaN-only, −0 only.
+        let mut t = vec![0.25f32; 256];
+        t[40] = -3.0;
+        t[200] = 3.0;
+        check_quantizers(&t, "q8_K -max first");
+        t[10] = 3.0;
+        check_quantizers(&t, "q8_K +max first");
+        check_quantizers(&[f32::NAN; 256], "all NaN");
+        check_quantizers(&[-0.0; 256], "all -0");
     }
 
     #[test]
@@ -1224,7 +1306,7 @@ mod tests {
             assert!(kernels_of(id).iter().any(|k| k.backend == "neon"), "{name}");
             assert_eq!(kernel_for(id).unwrap().backend, "neon", "{name}");
         }
-        for name in ["q8_0", "q8_1"] {
+        for name in ["q8_0", "q8_1", "q8_K"] {
             let id = ggml_quants::lookup_name(name).unwrap().id;
             assert_eq!(act_quantizer_for(id).unwrap().backend, "neon", "{name}");
         }
