@@ -1299,6 +1299,46 @@ mod tests {
         check_quantizers(&[-0.0; 256], "all -0");
     }
 
+    /// End to end: `matmul` on this CPU (NEON kernels and quantizers picked from the
+    /// registry, any batch) gives the bits of the scalar kernel and scalar quantizer run
+    /// row by row (the F32/F16 twins for the float types).
+    #[test]
+    fn matmul_is_bit_identical_to_scalar_rows() {
+        let mut rng = StdRng::seed_from_u64(18);
+        let pool = crate::Pool::new(2);
+        let names = ["f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"];
+        for name in names {
+            let t = ggml_quants::lookup_name(name).unwrap();
+            let scalar = kernels_of(t.id).iter().find(|k| k.backend == "scalar").unwrap();
+            let act = ggml_quants::lookup_id(scalar.vec_dot_type).unwrap();
+            let aq = crate::registry::act_quantizers_of(act.id).iter().find(|a| a.backend == "scalar").unwrap();
+            let twin: Dot = match name {
+                "f32" => f32_f32_twin,
+                "f16" => f16_f16_twin,
+                _ => scalar.vec_dot,
+            };
+            let (rows, cols) = (7, 512);
+            let wf: Vec<f32> = (0..rows * cols).map(|_| gauss(&mut rng)).collect();
+            let wq = t.quantize_to_vec(&wf, cols, None).unwrap();
+            let m = crate::Matrix::new(t.id, &wq, rows, cols).unwrap();
+            let row_bytes = wq.len() / rows;
+            for n in [1usize, 3, 8, 9] {
+                let x: Vec<f32> = (0..n * cols).map(|_| gauss(&mut rng) * 2.0).collect();
+                let mut y = vec![0f32; n * rows];
+                crate::matmul(&pool, &m, &x, n, &mut y).unwrap();
+                for tok in 0..n {
+                    let mut xq = vec![0u8; act.row_size(cols).unwrap()];
+                    (aq.quantize)(&x[tok * cols..(tok + 1) * cols], &mut xq);
+                    for r in 0..rows {
+                        let want = twin(cols, &wq[r * row_bytes..(r + 1) * row_bytes], &xq);
+                        let got = y[tok * rows + r];
+                        assert_eq!(got.to_bits(), want.to_bits(), "{name} n={n} token {tok} row {r}: {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn registry_selects_neon() {
         for name in ["f32", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"] {
