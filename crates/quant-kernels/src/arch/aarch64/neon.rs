@@ -21,7 +21,7 @@
 //! - The Q8_0 / Q8_1 / Q8_K activation quantizers are bit-identical to `crate::scalar::act`
 //!   (the x86 rounding: `id = 127/amax`, ties to even, out-of-range → `i32::MIN`, then
 //!   saturation), not to ggml's ARM ones (`id = 1/d`), so activations do not depend on
-//!   the backend; Q8_K is ggml's reference quantizer everywhere).
+//!   the backend. Q8_K is ggml's reference quantizer on every target.
 //!
 //! Every `pub fn` is a safe wrapper that never reads out of bounds (blocks are taken with
 //! `chunks_exact`, as in the scalar kernels, and every vector load goes through a
