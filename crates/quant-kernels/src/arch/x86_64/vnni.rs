@@ -178,44 +178,7 @@ macro_rules! legacy_tile {
                 r0 = rows - rows % 8;
                 repack_rows8::<T>(w, w_stride, r0, nb, x, x_stride, p, tokens, t0, y, y_stride);
             }
-            // Two rows at a time where each output is its own 8-lane accumulator: the
-            // activation loads are shared; every output's operations are unchanged.
-            let pairs_end = if l.repack { r0 } else { r0 + (rows - r0) / 2 * 2 };
-            for r in (r0..pairs_end).step_by(2) {
-                let wr = [w.add(r * w_stride), w.add((r + 1) * w_stride)];
-                let mut acc = [[_mm256_setzero_ps(); T]; 2];
-                let mut summ = [[0f32; T]; 2];
-                for b in 0..nb {
-                    let wb = [wr[0].add(b * l.wb), wr[1].add(b * l.wb)];
-                    let q = [$unpack(wb[0]), $unpack(wb[1])];
-                    let dm = |p| if l.has_min { f16_pair_at(p) } else { (f16_at(p), 0.0) };
-                    let (dm0, dm1) = (dm(wb[0]), dm(wb[1]));
-                    let dx = _mm256_loadu_ps(p.d.as_ptr().add(b * tokens + t0));
-                    let dd = [_mm256_mul_ps(_mm256_set1_ps(dm0.0), dx), _mm256_mul_ps(_mm256_set1_ps(dm1.0), dx)];
-                    for t in 0..T {
-                        let i = (t0 + t) * nb + b;
-                        let xq = load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq));
-                        let init = if l.offset != 0 { *p.off.get_unchecked(i) } else { _mm256_setzero_si256() };
-                        let sel = _mm256_set1_epi32(t as i32);
-                        for k in 0..2 {
-                            let dot = _mm256_dpbusd_epi32(init, q[k], xq);
-                            acc[k][t] =
-                                _mm256_fmadd_ps(_mm256_permutexvar_ps(sel, dd[k]), _mm256_cvtepi32_ps(dot), acc[k][t]);
-                        }
-                        if l.has_min {
-                            let s = *p.s.get_unchecked(i);
-                            summ[0][t] = dm0.1.mul_add(s, summ[0][t]);
-                            summ[1][t] = dm1.1.mul_add(s, summ[1][t]);
-                        }
-                    }
-                }
-                for k in 0..2 {
-                    for t in 0..T {
-                        *y.add((t0 + t) * y_stride + r + k) = hsum_float_8(acc[k][t]) + summ[k][t];
-                    }
-                }
-            }
-            for r in pairs_end..rows {
+            for r in r0..rows {
                 let wr = w.add(r * w_stride);
                 // ggml's float order exactly (one 8-lane accumulator per token, `fmadd`
                 // by `d_w·d_x` per block, the `m·s` terms fused in block order), so the
