@@ -15,7 +15,8 @@ use anyhow::{ensure, Context, Result};
 use crate::{llama_cpp, models};
 
 /// The llama-quantize file types of the per-type acceptance line (no imatrix needed).
-pub const FTYPES: &[&str] = &["Q4_0", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K"];
+pub const FTYPES: &[&str] =
+    &["Q4_0", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"];
 
 /// Where the requantized file for `ftype` is cached (whether or not it exists yet).
 pub fn requant_path(ftype: &str) -> Result<PathBuf> {
