@@ -20,37 +20,12 @@
 
 use core::arch::x86_64::*;
 
-use super::vnni::has_vnni;
+use super::vnni::{f16_at, has_vnni, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8};
 use crate::registry::Tile;
 use crate::scalar::act::{Q8_0_BYTES, Q8_K_BYTES};
 use crate::scalar::iq4::{self as s, Path, IQ4_NL_BYTES, IQ4_XS_BYTES, MXFP4_BYTES};
 use ggml_quants::types::iq_common::e8m0_to_fp32_half;
 use ggml_quants::types::iq_tables::{KVALUES_FP4, KVALUES_IQ4NL};
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn hsum_f8(x: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn hsum_i8(a: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
-    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
-    _mm_cvtsi128_si32(s)
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    let h = u16::from_le_bytes([*p, *p.add(1)]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]

@@ -36,7 +36,7 @@ pub fn has_vnni() -> bool {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn hsum_float_8(x: __m256) -> f32 {
+pub(super) unsafe fn hsum_float_8(x: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -45,7 +45,7 @@ unsafe fn hsum_float_8(x: __m256) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn hsum_i32_8(a: __m256i) -> i32 {
+pub(super) unsafe fn hsum_i32_8(a: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
@@ -54,7 +54,7 @@ unsafe fn hsum_i32_8(a: __m256i) -> i32 {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     let h = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
