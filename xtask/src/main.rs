@@ -47,7 +47,7 @@ commands:
                                     engine (target/release/gguf run/logits) vs libllama:
                                     greedy 32 tokens, KL and top-1 over every position;
                                     models: smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen3,
-                                    qwen3moe, smollm2-q4_0..q6_k, -iq4_nl, -iq4_xs (groups: real, synth, requant)
+                                    qwen3moe, smollm2-q4_0..q6_k, -iq4_nl, -iq4_xs, -mxfp4 (groups: real, synth, requant)
   bench [--model NAME...] [-t 2] [-r 3] [-p 512] [-n 64] [--md FILE] [--llama-only]
                                     gguf bench vs llama-bench, interleaved, ratio table
   llama-logits -m FILE (--prompt TEXT | --tokens 1,2,3) -o OUT [-n N] [-t N]

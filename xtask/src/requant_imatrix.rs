@@ -59,7 +59,25 @@ pub const FTYPES: &[Requant] = &[
         imatrix: false,
         tensor_types: &["ffn_down=nvfp4", "ffn_up=mxfp4", "ffn_gate=mxfp4"],
     },
+    MXFP4_ALL,
 ];
+
+/// Every matrix of the blocks in mxfp4 (the closest a dense model gets to MXFP4_MOE): the
+/// MXFP4 line of issue 5's per-type logits check.
+pub const MXFP4_ALL: Requant = Requant {
+    name: "MXFP4_ALL",
+    ftype: "Q8_0",
+    imatrix: false,
+    tensor_types: &[
+        "attn_q=mxfp4",
+        "attn_k=mxfp4",
+        "attn_v=mxfp4",
+        "attn_output=mxfp4",
+        "ffn_gate=mxfp4",
+        "ffn_up=mxfp4",
+        "ffn_down=mxfp4",
+    ],
+};
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
     let out = cmd.output().with_context(|| format!("running {what}"))?;

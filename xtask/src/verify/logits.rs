@@ -124,6 +124,11 @@ pub fn targets(cache: &Path, names: &[String], quick: bool, synth_seed: u64) -> 
             Box::new(move || requant::ensure_requant(ft)),
         ));
     }
+    all.push((
+        "smollm2-mxfp4".to_string(),
+        "requant",
+        Box::new(|| crate::requant_imatrix::ensure(&crate::requant_imatrix::MXFP4_ALL)),
+    ));
     let mut out = Vec::new();
     let mut add = |label: &str, kind: &'static str, path: PathBuf| {
         if !out.iter().any(|t: &Target| t.path == path) {
