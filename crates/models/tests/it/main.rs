@@ -195,3 +195,25 @@ fn long_batches_take_the_tiled_attention_path_and_still_match_decoding() {
         }
     }
 }
+
+/// Patches the ggml type id of tensor `name` in a GGUF file's tensor table.
+fn patch_tensor_type(path: &Path, name: &str, type_id: u32) {
+    let mut b = std::fs::read(path).unwrap();
+    let key = name.as_bytes();
+    let at = b.windows(key.len()).position(|w| w == key).expect("tensor name in the table");
+    let mut p = at + key.len();
+    let n_dims = u32::from_le_bytes(b[p..p + 4].try_into().unwrap()) as usize;
+    p += 4 + 8 * n_dims;
+    b[p..p + 4].copy_from_slice(&type_id.to_le_bytes());
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn unsupported_tensor_type_is_named() {
+    let (_d, p) = tmp("t.gguf");
+    write(&Tiny::new("llama"), &p, None, &[]).unwrap();
+    // 99: no ggml type has that id; the file stays readable, the model must refuse it.
+    patch_tensor_type(&p, "blk.0.attn_q.weight", 99);
+    let err = models::load(&p).err().expect("a weight of an unknown type must not load").to_string();
+    assert!(err.contains("blk.0.attn_q.weight"), "{err}");
+}
