@@ -189,10 +189,17 @@ pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
     // tail the scalar ggml_silu_f32 (libm expf).
     let lanes = if native_dot_layout() == DotLayout::Avx512 { 16 } else { 8 };
     let nv = n - n % lanes;
-    let mut e: Vec<f32> = gate[..nv].iter().map(|&x| 0.0 - x).collect();
-    expf_ggml_inplace(&mut e);
-    for ((g, u), e) in gate[..nv].iter_mut().zip(&up[..nv]).zip(&e) {
-        *g = (*g / (1.0 + e)) * u;
+    // In stack-sized chunks (the exponential is per element, so chunking changes nothing).
+    let mut buf = [0f32; 256];
+    for (gc, uc) in gate[..nv].chunks_mut(buf.len()).zip(up[..nv].chunks(buf.len())) {
+        let e = &mut buf[..gc.len()];
+        for (e, &g) in e.iter_mut().zip(gc.iter()) {
+            *e = 0.0 - g;
+        }
+        expf_ggml_inplace(e);
+        for ((g, u), e) in gc.iter_mut().zip(uc).zip(e.iter()) {
+            *g = (*g / (1.0 + e)) * u;
+        }
     }
     sc::silu_mul_inplace(&mut gate[nv..n], &up[nv..n]);
 }
