@@ -8,7 +8,7 @@
 
 use crate::registry::{GgmlType, QuantizeRowsFn};
 use crate::types::iq1_s::find_best_neighbour2;
-use crate::types::iq_common::{glibc_msort_pairs, GROUP_MAX_EPS_IQ1_M};
+use crate::types::iq_common::{glibc_msort_pairs, quantize_qk_rows, GROUP_MAX_EPS_IQ1_M};
 use crate::types::iq_grid::iq1s;
 use crate::types::iq_tables::IQ1S_GRID;
 use crate::util::{c_max, f32_to_fp16, fp16_to_f32, nearest_int};
@@ -311,12 +311,7 @@ fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
 /// `quantize_iq1_m`: `quantize_row_iq1_m_impl` row by row, with the importance matrix when
 /// given, else weights `x²` (ggml does not require one for IQ1_M).
 pub fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
-    let row_bytes = n_per_row / QK_K * TS;
-    for (xr, yr) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_bytes)) {
-        for (ib, (x, y)) in xr.chunks_exact(QK_K).zip(yr.chunks_exact_mut(TS)).enumerate() {
-            quantize_block(x, imatrix.map(|w| &w[QK_K * ib..QK_K * (ib + 1)]), y);
-        }
-    }
+    quantize_qk_rows(src, dst, n_per_row, TS, imatrix, quantize_block);
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! `from_float_ref`).
 
 use crate::registry::{GgmlType, QuantizeRowsFn};
+use crate::types::iq_common::quantize_qk_rows_imatrix;
 use crate::types::iq_grid::iq2xxs;
 use crate::types::iq_tables::{IQ2XXS_GRID, KMASK_IQ2XS, KSIGNS_IQ2XS};
 use crate::util::{c_max, f32_to_fp16, make_qp_quants, nearest_int, read_f16, GROUP_MAX_EPS};
@@ -227,13 +228,7 @@ fn quantize_block(xbl: &[f32], qw: &[f32], y: &mut [u8]) {
 /// `quantize_iq2_xxs`: `quantize_row_iq2_xxs_impl` row by row. The registry refuses a
 /// call without an importance matrix ([`crate::Error::ImatrixRequired`]), as ggml asserts.
 pub fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
-    let Some(qw) = imatrix else { return };
-    let row_bytes = n_per_row / QK_K * TS;
-    for (xr, yr) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_bytes)) {
-        for ((x, w), y) in xr.chunks_exact(QK_K).zip(qw.chunks_exact(QK_K)).zip(yr.chunks_exact_mut(TS)) {
-            quantize_block(x, w, y);
-        }
-    }
+    quantize_qk_rows_imatrix(src, dst, n_per_row, TS, imatrix, quantize_block);
 }
 
 #[cfg(test)]

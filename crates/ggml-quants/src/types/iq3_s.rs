@@ -6,6 +6,7 @@
 //! calls) and `quantize_row_iq3_s_ref` (`from_float_ref`).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
+use crate::types::iq_common::quantize_qk_rows;
 use crate::types::iq_grid::iq3s;
 use crate::types::iq_tables::{IQ3S_GRID, KMASK_IQ2XS};
 use crate::util::{c_max, f32_to_fp16, nearest_int, read_f16};
@@ -193,19 +194,12 @@ fn quantize_block(xbl: &[f32], qw: Option<&[f32]>, y: &mut [u8]) {
 /// `quantize_iq3_s`: `quantize_row_iq3_s_impl(32, ...)` row by row, with the importance
 /// matrix when given, else weights `x²`.
 pub fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<&[f32]>) {
-    let row_bytes = n_per_row / QK_K * TS;
-    for (xr, yr) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_bytes)) {
-        for (ib, (x, y)) in xr.chunks_exact(QK_K).zip(yr.chunks_exact_mut(TS)).enumerate() {
-            quantize_block(x, imatrix.map(|w| &w[QK_K * ib..QK_K * (ib + 1)]), y);
-        }
-    }
+    quantize_qk_rows(src, dst, n_per_row, TS, imatrix, quantize_block);
 }
 
 /// `quantize_row_iq3_s_ref`: the quantizer without an importance matrix.
 pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
-    for (x, y) in x.chunks_exact(QK_K).zip(y.chunks_exact_mut(TS)) {
-        quantize_block(x, None, y);
-    }
+    quantize_qk_rows(x, y, x.len(), TS, None, quantize_block);
 }
 
 #[cfg(test)]

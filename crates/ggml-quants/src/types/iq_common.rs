@@ -6,6 +6,7 @@
 //! `iq3xs_init_impl`) live in [`super::iq_grid`].
 
 use crate::util::c_f32_to_i32;
+use crate::QK_K;
 
 /// `GROUP_MAX_EPS_IQ3_XXS`.
 pub const GROUP_MAX_EPS_IQ3_XXS: f32 = 1e-8;
@@ -15,6 +16,43 @@ pub const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 pub const GROUP_MAX_EPS_IQ1_M: f32 = 1e-7;
 /// `GROUP_MAX_EPS_IQ1_S`.
 pub const GROUP_MAX_EPS_IQ1_S: f32 = 1e-12;
+
+/// ggml's `quantize_iq*` row loop for a per-`QK_K`-block quantizer: `block` quantizes
+/// every block of every row (`block_bytes` each), with the block's slice of the importance
+/// matrix (`n_per_row` weights, the same for every row) when one is given.
+pub(crate) fn quantize_qk_rows(
+    src: &[f32],
+    dst: &mut [u8],
+    n_per_row: usize,
+    block_bytes: usize,
+    imatrix: Option<&[f32]>,
+    block: impl Fn(&[f32], Option<&[f32]>, &mut [u8]),
+) {
+    if n_per_row == 0 {
+        return;
+    }
+    let row_bytes = n_per_row / QK_K * block_bytes;
+    for (xr, yr) in src.chunks_exact(n_per_row).zip(dst.chunks_exact_mut(row_bytes)) {
+        for (ib, (x, y)) in xr.chunks_exact(QK_K).zip(yr.chunks_exact_mut(block_bytes)).enumerate() {
+            block(x, imatrix.map(|w| &w[QK_K * ib..QK_K * (ib + 1)]), y);
+        }
+    }
+}
+
+/// [`quantize_qk_rows`] for the quantizers that need an importance matrix (IQ1_S, IQ2_XXS,
+/// IQ2_XS): without one it writes nothing (the registry refuses such calls before).
+pub(crate) fn quantize_qk_rows_imatrix(
+    src: &[f32],
+    dst: &mut [u8],
+    n_per_row: usize,
+    block_bytes: usize,
+    imatrix: Option<&[f32]>,
+    block: impl Fn(&[f32], &[f32], &mut [u8]),
+) {
+    if imatrix.is_some() {
+        quantize_qk_rows(src, dst, n_per_row, block_bytes, imatrix, |x, w, y| block(x, w.expect("imatrix given"), y));
+    }
+}
 
 /// `best_index_int8(n, val, x)`: index of the entry of the sorted table `val` nearest to
 /// `x` (bisection, ties to the upper entry, as in ggml).
