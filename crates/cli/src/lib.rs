@@ -5,6 +5,7 @@ pub mod chat;
 pub mod engine;
 pub mod fetch;
 pub mod inspect;
+pub mod quantize;
 pub mod tokenize;
 
 /// Writes `bytes` to `path` atomically: a temporary in the same directory, synced, then

@@ -12,6 +12,8 @@ use gguf_format::GgufFile;
 
 // Link every built-in quant type into the binary (inventory registrations).
 use ggml_quants as _;
+// And every built-in recipe.
+use quantize as _;
 
 #[derive(Parser)]
 #[command(name = "gguf", version, about = "Read, inspect and run llama.cpp GGUF model files")]
@@ -65,6 +67,8 @@ enum Command {
     Tokenize(gguf_cli::tokenize::TokenizeArgs),
     /// Print the text of token ids.
     Detokenize(gguf_cli::tokenize::DetokenizeArgs),
+    /// Quantize a model with a llama.cpp recipe (llama-quantize's options and output).
+    Quantize(gguf_cli::quantize::QuantizeArgs),
     /// Render a conversation (JSON messages) with the file's chat template.
     ChatTemplate(gguf_cli::tokenize::ChatTemplateArgs),
 }
@@ -131,6 +135,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chat(a) => gguf_cli::chat::chat(&a),
         Command::Logits(a) => engine::logits(&a),
         Command::Bench(a) => engine::bench(&a),
+        Command::Quantize(a) => gguf_cli::quantize::run(&a, &engine::INTERRUPTED),
         Command::Types => {
             println!("{:>4}  {:<10} {:>6} {:>6}  quantize", "id", "name", "block", "bytes");
             for t in ggml_quants::all() {
