@@ -2,7 +2,7 @@
 //!
 //! - `fetch-models [NAME...]`: the three real models and the vocab fixtures, into the cache.
 //! - `llama-cpp [--lib-only] [--force]`: llama.cpp from the llama-cpp-python sdist, built into the cache.
-//! - `verify [quants|gguf|all] [--quick] [--seed N] [--type NAME...]`: comparisons
+//! - `verify [quants|gguf|requant|quantize|logits|tokenizer|all] [--quick] [--seed N] [--type NAME...]`: comparisons
 //!   against that build; ends with `N passed, M failed` and fails if M > 0.
 //! - `bench-quants [--quick] [--type NAME...]`: ggml-quants vs ggml throughput.
 //!
@@ -37,6 +37,12 @@ commands:
   verify [quants|gguf|all]          compare against the llama.cpp build (default: all)
   verify requant [--type FTYPE...]  SmolLM2 requantized by llama-quantize into IQ1_S..IQ4_XS,
                                     TQ1_0/TQ2_0, MXFP4_MOE: every tensor vs libggml, gguf CLI
+  verify quantize [--quick] [--filter SUBSTR] [-t N] [--self-check [--plant FROM=TO]] [--gguf BIN]
+                                    gguf quantize vs llama-quantize, same arguments, output byte
+                                    for byte: every recipe, imatrix, option combinations, 5 sources
+                                    (GGUF_QUANTIZE_BIN='PROG [ARGS]' overrides the binary;
+                                    --self-check: llama-quantize vs itself; --plant: ours gets
+                                    recipe TO for FROM; GGUF_QUANTIZE_KEEP=1 keeps failing outputs)
   verify tokenizer [--quick]        tokenizer vs libllama: fixtures, >=1 MB corpus, pieces, eog
       --quick                       smaller counts (CI)
       --seed N                      RNG seed (default 0x5eed)
@@ -60,7 +66,7 @@ commands:
                                     run llama.cpp (cb_eval) and gguf logits (GGUF_DUMP_DIR) on
                                     the same tokens; every node's difference, in forward order,
                                     and the first node that is not bit-identical
-  synth [qwen3|qwen3moe]            write the random-weight test models into the cache
+  synth [qwen3|qwen3moe|llama-moe8] write the random-weight test models into the cache
   requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory
 
@@ -86,6 +92,7 @@ struct Args {
     tokens: Option<String>,
     out: Option<String>,
     filter: Option<String>,
+    plant: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args> {
@@ -109,6 +116,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
         tokens: None,
         out: None,
         filter: None,
+        plant: None,
     };
     let num = |v: Option<&String>, flag: &str| -> Result<usize> {
         v.with_context(|| format!("{flag} needs a value"))?.parse().with_context(|| format!("{flag}: not a number"))
@@ -137,6 +145,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--self-check" => a.self_check = true,
             "--prompt" => a.prompt = Some(it.next().context("--prompt needs a value")?.clone()),
             "--tokens" => a.tokens = Some(it.next().context("--tokens needs a value")?.clone()),
+            "--plant" => a.plant = Some(it.next().context("--plant needs FROM=TO")?.clone()),
             "--filter" => a.filter = Some(it.next().context("--filter needs a value")?.clone()),
             "-o" => a.out = Some(it.next().context("-o needs a file")?.clone()),
             "--llama-only" => a.llama_only = true,
@@ -195,6 +204,18 @@ fn real_main() -> Result<()> {
                 "quants" => verify::quants::run(&cache, &opts, &mut report)?,
                 "gguf" => verify::gguf::run(&cache, &opts, &mut report)?,
                 "requant" => verify::requant::run(&cache, &opts, &mut report)?,
+                "quantize" => verify::quantize::run(
+                    &cache,
+                    &verify::quantize::QuantOpts {
+                        quick: args.quick,
+                        filter: args.filter.clone(),
+                        threads: args.threads,
+                        self_check: args.self_check,
+                        gguf: args.gguf.as_ref().map(Into::into),
+                        plant: args.plant.clone(),
+                    },
+                    &mut report,
+                )?,
                 "logits" => {
                     let lo = verify::logits::LogitsOpts {
                         quick: args.quick,
@@ -213,7 +234,7 @@ fn real_main() -> Result<()> {
                     verify::quants::run(&cache, &opts, &mut report)?;
                     verify::gguf::run(&cache, &opts, &mut report)?;
                 }
-                other => bail!("verify what? {other:?} (quants, gguf, logits or all)"),
+                other => bail!("verify what? {other:?} (quants, gguf, requant, quantize, logits, tokenizer or all)"),
             }
             print!("{}", report.render());
             let (_, failed, _) = report.counts();

@@ -1,5 +1,6 @@
 //! Small random-weight **qwen3** and **qwen3moe** GGUF files, written with this
-//! project's [`GgufWriter`], for the architectures no small real model covers.
+//! project's [`GgufWriter`], for the architectures no small real model covers, and
+//! **llama-moe8**: a Mixtral-style llama (8 experts, 2 used) in F32 for `verify quantize`.
 //!
 //! Shapes, tensor names and metadata keys are those llama.cpp's loader asks for
 //! (`src/models/qwen3.cpp`, `src/models/qwen3moe.cpp`, `llama_model_base::load_hparams`):
@@ -15,6 +16,16 @@
 //! are far from degenerate. Layers use different types, so one file exercises F32, F16,
 //! Q8_0, Q5_0, Q4_K and Q6_K matrices. Files are cached as
 //! `<cache>/synth/<arch>-s<seed>.gguf`; the same seed gives the same bytes.
+//!
+//! `llama-moe8` ([`EXTRA_ARCHS`], not run by `verify logits`): `general.architecture` =
+//! `llama` with `llama.expert_count` = 8 / `llama.expert_used_count` = 2, so llama-quantize
+//! takes its `n_expert == 8` branches (attn_v/attn_k → Q8_0, attn_output → Q5_K, ...).
+//! Tensors as `src/models/llama.cpp` creates them for `n_expert > 0`: the router
+//! `blk.N.ffn_gate_inp.weight` {n_embd, 8} and the stacked experts
+//! `ffn_{gate,up}_exps` {n_embd, n_ff, 8} / `ffn_down_exps` {n_ff, n_embd, 8}, with n_ff =
+//! 352 (a multiple of 32, not of 256: the down experts take llama-quantize's fallbacks),
+//! 8 layers (so `use_more_bits` and `n_layer/8` pick different layers), GQA 4/2, an
+//! untied `output.weight`; every tensor F32.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +36,10 @@ use crate::models;
 
 /// The architectures this module writes.
 pub const ARCHS: &[&str] = &["qwen3", "qwen3moe"];
+
+/// Written on request (`cargo xtask synth llama-moe8`, `verify quantize`) but not part of
+/// [`ARCHS`], which `verify logits` runs.
+pub const EXTRA_ARCHS: &[&str] = &["llama-moe8"];
 
 /// The default seed.
 pub const SEED: u64 = 0x5eed_0005;
@@ -42,6 +57,15 @@ const N_EXPERT: u64 = 8;
 const N_EXPERT_USED: u64 = 2;
 const N_FF_EXP: u64 = 256;
 const CTX: u32 = 4096;
+
+// llama-moe8
+const M8_EMBD: u64 = 256;
+const M8_LAYER: usize = 8;
+const M8_HEAD: u64 = 4;
+const M8_HEAD_KV: u64 = 2;
+const M8_FF: u64 = 352;
+const M8_EXPERT: u64 = 8;
+const M8_EXPERT_USED: u64 = 2;
 
 /// splitmix64 + Box–Muller: a tiny generator whose stream never changes with crate versions.
 struct Rng(u64);
@@ -73,7 +97,12 @@ pub fn synth_path(cache: &Path, arch: &str, seed: u64) -> PathBuf {
 
 /// The synthetic model for `arch` (`qwen3` or `qwen3moe`), written on first use.
 pub fn ensure_synth(cache: &Path, arch: &str, seed: u64) -> Result<PathBuf> {
-    ensure!(ARCHS.contains(&arch), "no synthetic model for {arch:?} (known: {})", ARCHS.join(", "));
+    ensure!(
+        ARCHS.contains(&arch) || EXTRA_ARCHS.contains(&arch),
+        "no synthetic model for {arch:?} (known: {}, {})",
+        ARCHS.join(", "),
+        EXTRA_ARCHS.join(", ")
+    );
     let path = synth_path(cache, arch, seed);
     if path.is_file() {
         return Ok(path);
@@ -115,6 +144,9 @@ impl Builder<'_> {
 }
 
 fn write(path: &Path, arch: &str, seed: u64, tok: &GgufFile) -> Result<()> {
+    if arch == "llama-moe8" {
+        return write_llama_moe8(path, seed, tok);
+    }
     let moe = match arch {
         "qwen3" => false,
         "qwen3moe" => true,
@@ -186,6 +218,59 @@ fn write(path: &Path, arch: &str, seed: u64, tok: &GgufFile) -> Result<()> {
         b.tensor("output.weight", &[N_EMBD, n_vocab], "q6_K", 0.0, 0.15)?;
     }
     // The writer streams into a temporary file and renames it into place.
+    b.w.write_to_path(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The Mixtral-style llama of [`EXTRA_ARCHS`] (see the module docs), all F32.
+fn write_llama_moe8(path: &Path, seed: u64, tok: &GgufFile) -> Result<()> {
+    let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
+        Some(a) => a.len() as u64,
+        None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),
+    };
+    let mut b = Builder { w: GgufWriter::new(), rng: Rng(seed ^ 0x6c6d_6f65_3800) };
+    let head_dim = M8_EMBD / M8_HEAD;
+    let kv_dim = M8_HEAD_KV * head_dim;
+    let k = |s: &str| format!("llama.{s}");
+    let w = &mut b.w;
+    w.add_kv("general.architecture", "llama");
+    w.add_kv("general.type", "model");
+    w.add_kv("general.name", format!("synthetic llama-moe8 (gguf-engine xtask synth v{VERSION}, seed {seed:#x})"));
+    w.add_kv("general.file_type", 0u32); // ALL_F32
+    w.add_kv(&k("block_count"), M8_LAYER as u32);
+    w.add_kv(&k("context_length"), CTX);
+    w.add_kv(&k("embedding_length"), M8_EMBD as u32);
+    w.add_kv(&k("feed_forward_length"), M8_FF as u32);
+    w.add_kv(&k("attention.head_count"), M8_HEAD as u32);
+    w.add_kv(&k("attention.head_count_kv"), M8_HEAD_KV as u32);
+    w.add_kv(&k("rope.freq_base"), 10_000f32);
+    w.add_kv(&k("rope.dimension_count"), head_dim as u32);
+    w.add_kv(&k("attention.layer_norm_rms_epsilon"), 1e-5f32);
+    w.add_kv(&k("expert_count"), M8_EXPERT as u32);
+    w.add_kv(&k("expert_used_count"), M8_EXPERT_USED as u32);
+    w.add_kv(&k("vocab_size"), n_vocab as u32);
+    for (key, value) in tok.metadata().iter() {
+        if key.starts_with("tokenizer.") {
+            w.metadata_mut().set(key, value.clone());
+        }
+    }
+    w.add_kv("general.quantization_version", 2u32);
+    b.tensor("token_embd.weight", &[M8_EMBD, n_vocab], "f32", 0.0, 0.15)?;
+    for il in 0..M8_LAYER {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        b.tensor(&p("attn_norm.weight"), &[M8_EMBD], "f32", 1.0, 0.1)?;
+        b.tensor(&p("attn_q.weight"), &[M8_EMBD, M8_EMBD], "f32", 0.0, 0.05)?;
+        b.tensor(&p("attn_k.weight"), &[M8_EMBD, kv_dim], "f32", 0.0, 0.05)?;
+        b.tensor(&p("attn_v.weight"), &[M8_EMBD, kv_dim], "f32", 0.0, 0.05)?;
+        b.tensor(&p("attn_output.weight"), &[M8_EMBD, M8_EMBD], "f32", 0.0, 0.05)?;
+        b.tensor(&p("ffn_norm.weight"), &[M8_EMBD], "f32", 1.0, 0.1)?;
+        b.tensor(&p("ffn_gate_inp.weight"), &[M8_EMBD, M8_EXPERT], "f32", 0.0, 0.1)?;
+        b.tensor(&p("ffn_gate_exps.weight"), &[M8_EMBD, M8_FF, M8_EXPERT], "f32", 0.0, 0.05)?;
+        b.tensor(&p("ffn_up_exps.weight"), &[M8_EMBD, M8_FF, M8_EXPERT], "f32", 0.0, 0.05)?;
+        b.tensor(&p("ffn_down_exps.weight"), &[M8_FF, M8_EMBD, M8_EXPERT], "f32", 0.0, 0.05)?;
+    }
+    b.tensor("output_norm.weight", &[M8_EMBD], "f32", 1.0, 0.1)?;
+    b.tensor("output.weight", &[M8_EMBD, n_vocab], "f32", 0.0, 0.15)?;
     b.w.write_to_path(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }

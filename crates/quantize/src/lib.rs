@@ -242,7 +242,7 @@ fn model_info(md: &Metadata, path: &Path) -> Result<ModelInfo> {
     let n_expert = md.get_u64(&key("expert_count")).unwrap_or(0).min(u32::MAX as u64) as u32;
     let n_head = first("attention.head_count").unwrap_or(0);
     let n_head_kv = first("attention.head_count_kv").unwrap_or(n_head);
-    let n_gqa = if n_head_kv == 0 { 0 } else { (n_head / n_head_kv) as u32 };
+    let n_gqa = n_head.checked_div(n_head_kv).unwrap_or(0) as u32;
     let is_70b = match arch.as_str() {
         "llama" => n_layer == 80 && n_head != n_head_kv,
         "qwen2" | "deci" | "olmo" => n_layer == 80,

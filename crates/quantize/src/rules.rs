@@ -214,6 +214,9 @@ fn use_more_bits(i_layer: i64, n_layers: i64) -> bool {
 }
 
 /// llama.cpp's rule (`llama_tensor_get_type_impl`), for the recipe's `llama_ftype`.
+/// The branches keep llama.cpp's shape (some give the same type) so the two can be read
+/// side by side when upstream changes.
+#[allow(clippy::if_same_then_else)]
 pub fn llama_cpp_rule(recipe: &Recipe, t: &TensorCtx<'_>, chosen: u32) -> Result<u32, String> {
     use Category as C;
     let f = recipe.ftype;
@@ -240,7 +243,7 @@ pub fn llama_cpp_rule(recipe: &Recipe, t: &TensorCtx<'_>, chosen: u32) -> Result
             new_type = o;
         } else {
             let nx = t.ne[0];
-            if f == ftype::MXFP4_MOE || is_falcon || nx % block(new_type) != 0 {
+            if f == ftype::MXFP4_MOE || is_falcon || !nx.is_multiple_of(block(new_type)) {
                 new_type = ty::Q8_0;
             } else if matches!(
                 f,
@@ -440,7 +443,7 @@ pub fn llama_cpp_rule(recipe: &Recipe, t: &TensorCtx<'_>, chosen: u32) -> Result
 pub fn fallback(ne0: u64, target: u32) -> Result<(u32, bool), String> {
     let block = |id: u32| ggml_quants::by_id(id).map(|t| t.block_size as u64);
     let qk = block(target).ok_or_else(|| format!("type id {target} is not registered"))?;
-    if ne0 % qk == 0 {
+    if ne0.is_multiple_of(qk) {
         return Ok((target, false));
     }
     let mut ret = match target {
@@ -457,7 +460,7 @@ pub fn fallback(ne0: u64, target: u32) -> Result<(u32, bool), String> {
             return Err(format!("no tensor type fallback is defined for type {name}"));
         }
     };
-    if ne0 % block(ret).unwrap_or(1) != 0 {
+    if !ne0.is_multiple_of(block(ret).unwrap_or(1)) {
         ret = ty::F16;
     }
     Ok((ret, true))

@@ -6,6 +6,7 @@ pub mod gguf_api;
 pub mod iq_tables;
 pub mod layers;
 pub mod logits;
+pub mod quantize;
 pub mod quants;
 pub mod requant;
 pub mod tokenizer;
@@ -132,6 +133,8 @@ pub struct Report {
     pub checks: Vec<Check>,
     /// Lines printed before the tables (registered types, missing types).
     pub notes: Vec<String>,
+    /// Lines printed after the tables, before `N passed, M failed` (totals, speed).
+    pub footer: Vec<String>,
 }
 
 impl Report {
@@ -155,6 +158,11 @@ impl Report {
         let s = s.into();
         eprintln!("{s}");
         self.notes.push(s);
+    }
+
+    /// Adds a line printed after the tables.
+    pub fn footer(&mut self, s: impl Into<String>) {
+        self.footer.push(s.into());
     }
 
     /// Passed and failed counts.
@@ -199,6 +207,9 @@ impl Report {
         }
         let (pass, fail, skip) = self.counts();
         let _ = writeln!(out);
+        for f in &self.footer {
+            let _ = writeln!(out, "{f}");
+        }
         if skip > 0 {
             let _ = writeln!(out, "({skip} skipped)");
         }
