@@ -184,7 +184,7 @@ pub(crate) fn state(l: &Loaded, args: &ModelArgs) -> Result<Box<dyn State>> {
     state_with_ctx(l, args, args.ctx_size.unwrap_or(4096))
 }
 
-fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Result<Box<dyn State>> {
+pub(crate) fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Result<Box<dyn State>> {
     let opts = StateOptions {
         n_ctx,
         n_threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),

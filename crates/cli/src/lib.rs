@@ -5,6 +5,7 @@ pub mod chat;
 pub mod engine;
 pub mod fetch;
 pub mod inspect;
+pub mod perplexity;
 pub mod quantize;
 pub mod tokenize;
 
