@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod engine;
 pub mod fetch;
+pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;

@@ -69,6 +69,8 @@ enum Command {
     Detokenize(gguf_cli::tokenize::DetokenizeArgs),
     /// Quantize a model with a llama.cpp recipe (llama-quantize's options and output).
     Quantize(gguf_cli::quantize::QuantizeArgs),
+    /// Compute an importance matrix over a text, like llama-imatrix.
+    Imatrix(gguf_cli::imatrix::ImatrixArgs),
     /// Perplexity and KL divergence over a text, like llama-perplexity.
     Perplexity(gguf_cli::perplexity::PerplexityArgs),
     /// Render a conversation (JSON messages) with the file's chat template.
@@ -137,6 +139,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chat(a) => gguf_cli::chat::chat(&a),
         Command::Logits(a) => engine::logits(&a),
         Command::Bench(a) => engine::bench(&a),
+        Command::Imatrix(a) => gguf_cli::imatrix::run(&a),
         Command::Perplexity(a) => gguf_cli::perplexity::run(&a),
         Command::Quantize(a) => gguf_cli::quantize::run(&a, &engine::INTERRUPTED),
         Command::Types => {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 pub use error::{Error, Result};
 pub use kv_cache::CacheType;
-pub use model::{Logits, Model, State, StateOptions};
+pub use model::{Logits, Model, Observer, State, StateOptions};
 pub use registry::{architectures, Architecture};
 pub use sampling::{Sampler, SamplerParams};
 

@@ -41,8 +41,22 @@ impl Default for StateOptions {
     }
 }
 
+/// Sees the activations entering every weight matrix product (llama-imatrix's
+/// `collect_imatrix` callback): `x` holds `n` rows of the weight's input width.
+pub trait Observer: Send + Sync {
+    /// A dense product with the 2-D weight `name`.
+    fn matmul(&self, name: &str, x: &[f32], n: usize);
+    /// The rows routed to expert `expert` (of `n_expert`) of the stacked weight `name`
+    /// (`MUL_MAT_ID`); one row per (token, slot) that chose it.
+    fn expert_matmul(&self, name: &str, expert: usize, n_expert: usize, x: &[f32], n: usize);
+}
+
 /// Per-sequence mutable state (KV cache, scratch, thread pool).
 pub trait State: Send {
+    /// Installs (or removes) an activation observer; `false` if this state cannot.
+    fn set_observer(&mut self, _observer: Option<std::sync::Arc<dyn Observer>>) -> bool {
+        false
+    }
     /// Tokens currently in the cache.
     fn n_past(&self) -> usize;
     /// Context size.

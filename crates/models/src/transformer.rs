@@ -573,9 +573,14 @@ pub struct TransformerState {
     n_past: usize,
     n_ubatch: usize,
     pool: Pool,
+    observer: Option<std::sync::Arc<dyn crate::model::Observer>>,
 }
 
 impl State for TransformerState {
+    fn set_observer(&mut self, observer: Option<std::sync::Arc<dyn crate::model::Observer>>) -> bool {
+        self.observer = observer;
+        true
+    }
     fn n_past(&self) -> usize {
         self.n_past
     }
@@ -617,7 +622,11 @@ fn rms_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut Vec<f32>) {
 }
 
 impl Transformer {
-    fn mm(&self, pool: &Pool, t: &TensorRef, x: &[f32], n: usize, y: &mut Vec<f32>) -> Result<()> {
+    fn mm(&self, st: &TransformerState, t: &TensorRef, x: &[f32], n: usize, y: &mut Vec<f32>) -> Result<()> {
+        if let Some(o) = &st.observer {
+            o.matmul(&t.name, x, n);
+        }
+        let pool = &st.pool;
         let m = match self.repacked.get(&t.start) {
             Some(r) => r.matrix(),
             None => mat(&self.file, t)?,
@@ -662,9 +671,9 @@ impl Transformer {
         for (il, layer) in self.layers.iter().enumerate() {
             rms_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h);
             dump(&format!("attn_norm-{il}"), &h);
-            self.mm(&st.pool, &layer.wq, &h, n, &mut q)?;
-            self.mm(&st.pool, &layer.wk, &h, n, &mut k)?;
-            self.mm(&st.pool, &layer.wv, &h, n, &mut v)?;
+            self.mm(st, &layer.wq, &h, n, &mut q)?;
+            self.mm(st, &layer.wk, &h, n, &mut k)?;
+            self.mm(st, &layer.wv, &h, n, &mut v)?;
             add_bias(&mut q, &layer.bq);
             add_bias(&mut k, &layer.bk);
             add_bias(&mut v, &layer.bv);
@@ -749,7 +758,7 @@ impl Transformer {
                 });
             }
             dump(&format!("kqv_out-{il}"), &o);
-            self.mm(&st.pool, &layer.wo, &o, n, &mut a)?;
+            self.mm(st, &layer.wo, &o, n, &mut a)?;
             add_bias(&mut a, &layer.bo);
             if let Some(w) = &layer.post_attn_norm {
                 rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
@@ -760,15 +769,15 @@ impl Transformer {
             dump(&format!("ffn_norm-{il}"), &h);
             match &layer.ffn {
                 Ffn::Dense { gate, up, down, b_gate, b_up, b_down } => {
-                    self.mm(&st.pool, gate, &h, n, &mut q)?;
-                    self.mm(&st.pool, up, &h, n, &mut k)?;
+                    self.mm(st, gate, &h, n, &mut q)?;
+                    self.mm(st, up, &h, n, &mut k)?;
                     add_bias(&mut q, b_gate);
                     add_bias(&mut k, b_up);
                     dump(&format!("ffn_gate-{il}"), &q);
                     dump(&format!("ffn_up-{il}"), &k);
                     self.activate(&mut q, &k);
                     dump(&format!("ffn_act-{il}"), &q);
-                    self.mm(&st.pool, down, &q, n, &mut a)?;
+                    self.mm(st, down, &q, n, &mut a)?;
                     add_bias(&mut a, b_down);
                 }
                 Ffn::Moe { router, gate, up, down } => {
@@ -795,7 +804,7 @@ impl Transformer {
         rms_rows_inplace(&mut sel, &self.output_norm, hp.rms_eps, &mut tmp);
         dump("result_norm", &sel);
         let mut out = Vec::new();
-        self.mm(&st.pool, &self.output, &sel, rows.len(), &mut out)?;
+        self.mm(st, &self.output, &sel, rows.len(), &mut out)?;
         dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
             for l in out.iter_mut() {
@@ -820,7 +829,7 @@ impl Transformer {
         let hp = &self.hp;
         let (e, ne, k) = (hp.n_embd, hp.n_expert, hp.n_expert_used);
         let mut logits = Vec::new();
-        self.mm(&st.pool, router, h, n, &mut logits)?;
+        self.mm(st, router, h, n, &mut logits)?;
         // Route: softmax over experts, top-k, optional renormalization and scale.
         let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
         let mut idx: Vec<usize> = Vec::with_capacity(ne);
@@ -862,6 +871,10 @@ impl Transformer {
                 xs.extend_from_slice(&h[t * e..(t + 1) * e]);
             }
             let m = toks.len();
+            if let Some(o) = &st.observer {
+                o.expert_matmul(&gate.name, ex, ne, &xs, m);
+                o.expert_matmul(&up.name, ex, ne, &xs, m);
+            }
             let gm = expert_mat(&self.file, gate, ex, ne)?;
             g.resize(m * gm.rows(), 0.0);
             matmul_expert(&st.pool, &gm, &xs, m, &mut g)?;
@@ -869,6 +882,9 @@ impl Transformer {
             u.resize(m * um.rows(), 0.0);
             matmul_expert(&st.pool, &um, &xs, m, &mut u)?;
             self.activate(&mut g, &u);
+            if let Some(o) = &st.observer {
+                o.expert_matmul(&down.name, ex, ne, &g, m);
+            }
             let dm = expert_mat(&self.file, down, ex, ne)?;
             d.resize(m * e, 0.0);
             matmul_expert(&st.pool, &dm, &g, m, &mut d)?;
@@ -926,7 +942,13 @@ impl Model for Transformer {
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
         let threads = opts.n_threads.max(1);
-        Ok(Box::new(TransformerState { kv, n_past: 0, n_ubatch: opts.n_ubatch.max(1), pool: Pool::new(threads) }))
+        Ok(Box::new(TransformerState {
+            kv,
+            n_past: 0,
+            n_ubatch: opts.n_ubatch.max(1),
+            pool: Pool::new(threads),
+            observer: None,
+        }))
     }
 
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {

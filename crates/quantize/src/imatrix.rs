@@ -24,9 +24,39 @@ pub struct Imatrix {
     pub legacy: bool,
 }
 
-struct Raw {
-    sums: Vec<f32>,
-    counts: Vec<i64>,
+/// One entry as stored: raw sums of squares and per-expert counts (GGUF), or the legacy
+/// format's `sums` (already `mean · ncall`) with `counts = [ncall]`.
+#[derive(Debug, Clone, Default)]
+pub struct Raw {
+    /// The stored values.
+    pub sums: Vec<f32>,
+    /// The stored counts.
+    pub counts: Vec<i64>,
+}
+
+/// An imatrix file as stored, before llama-quantize's normalization (what llama-imatrix's
+/// `--in-file` adds up).
+#[derive(Debug, Clone, Default)]
+pub struct RawImatrix {
+    /// Tensor name → stored entry.
+    pub entries: BTreeMap<String, Raw>,
+    /// Dataset names.
+    pub datasets: Vec<String>,
+    /// Chunk count.
+    pub chunk_count: u32,
+    /// Legacy `.dat` format.
+    pub legacy: bool,
+}
+
+/// Reads `path` (GGUF or legacy) without normalizing.
+pub fn load_raw(path: impl AsRef<Path>) -> Result<RawImatrix> {
+    let path = path.as_ref();
+    let bad = |reason: String| Error::BadImatrix { path: path.to_path_buf(), reason };
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let legacy = !bytes.starts_with(b"GGUF");
+    let (raw, datasets, chunk_count) =
+        if legacy { load_legacy(&bytes).map_err(bad)? } else { load_gguf(path, bytes).map_err(bad)? };
+    Ok(RawImatrix { entries: raw.into_iter().collect(), datasets, chunk_count, legacy })
 }
 
 impl Imatrix {
@@ -35,14 +65,7 @@ impl Imatrix {
     pub fn load(path: impl AsRef<Path>) -> Result<Imatrix> {
         let path = path.as_ref();
         let bad = |reason: String| Error::BadImatrix { path: path.to_path_buf(), reason };
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let (raw, datasets, chunk_count, legacy) = if bytes.starts_with(b"GGUF") {
-            let (raw, datasets, chunk_count) = load_gguf(path, bytes).map_err(bad)?;
-            (raw, datasets, chunk_count, false)
-        } else {
-            let (raw, datasets, chunk_count) = load_legacy(&bytes).map_err(bad)?;
-            (raw, datasets, chunk_count, true)
-        };
+        let RawImatrix { entries: raw, datasets, chunk_count, legacy } = load_raw(path)?;
         let mut entries = BTreeMap::new();
         for (name, r) in raw {
             let mut e = vec![0f32; r.sums.len()];
