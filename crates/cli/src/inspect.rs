@@ -1,9 +1,14 @@
 //! `gguf inspect`: a file's metadata, tensor table and summary, as text or JSON.
+//!
+//! A shard of a split model (`PREFIX-00001-of-0000N.gguf` …) is shown as the whole model:
+//! the first shard's metadata and every shard's tensors, each with its shard number. If the
+//! other shards do not open, the report says why and shows the file alone.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use gguf_format::{Array, GgufFile, Value};
+use gguf_format::split::split_position;
+use gguf_format::{Array, GgufFile, Metadata, SplitGguf, TensorInfo, Value};
 use serde_json::{json, Map, Value as Json};
 
 /// Arrays longer than this are summarized unless `--full`.
@@ -25,8 +30,13 @@ pub struct Summary {
 impl Summary {
     /// Computes the totals of `file`.
     pub fn of(file: &GgufFile) -> Summary {
+        Summary::of_tensors(file.tensors())
+    }
+
+    /// Computes the totals of `tensors`.
+    pub fn of_tensors<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> Summary {
         let mut s = Summary::default();
-        for t in file.tensors() {
+        for t in tensors {
             s.parameters += t.n_elements;
             let bytes = t.size.unwrap_or(0);
             s.tensor_bytes += bytes;
@@ -103,10 +113,53 @@ pub fn value_json(v: &Value, limit: usize) -> Json {
     }
 }
 
+/// What a report shows: the file, or the split model it is a shard of.
+struct View<'a> {
+    file: &'a GgufFile,
+    /// `(split.no, split.count)` when `file` is a shard of a split model.
+    position: Option<(u16, u16)>,
+    /// The whole model, or why it could not be opened.
+    model: Option<Result<SplitGguf, String>>,
+}
+
+impl<'a> View<'a> {
+    fn new(file: &'a GgufFile) -> View<'a> {
+        match split_position(file) {
+            Ok(None) => View { file, position: None, model: None },
+            Ok(Some(pos)) => {
+                let model = SplitGguf::open(file.path()).map_err(|e| e.to_string());
+                View { file, position: Some(pos), model: Some(model) }
+            }
+            Err(e) => View { file, position: None, model: Some(Err(e.to_string())) },
+        }
+    }
+
+    fn split(&self) -> Option<&SplitGguf> {
+        self.model.as_ref().and_then(|m| m.as_ref().ok())
+    }
+
+    fn error(&self) -> Option<&str> {
+        self.model.as_ref().and_then(|m| m.as_ref().err()).map(String::as_str)
+    }
+
+    fn metadata(&self) -> &Metadata {
+        self.split().map_or(self.file.metadata(), SplitGguf::metadata)
+    }
+
+    /// Each tensor with its 1-based shard number when the model is split.
+    fn tensors(&self) -> Vec<(&TensorInfo, Option<usize>)> {
+        match self.split() {
+            Some(m) => m.tensors().iter().map(|t| (t, m.shard_of(t).map(|i| i + 1))).collect(),
+            None => self.file.tensors().iter().map(|t| (t, None)).collect(),
+        }
+    }
+}
+
 /// The whole file as one JSON document (schema in ARCHITECTURE.md).
 pub fn to_json(file: &GgufFile, full: bool) -> Json {
     let limit = if full { usize::MAX } else { ARRAY_PREVIEW };
-    let metadata: Vec<Json> = file
+    let view = View::new(file);
+    let metadata: Vec<Json> = view
         .metadata()
         .iter()
         .map(|(k, v)| {
@@ -124,11 +177,11 @@ pub fn to_json(file: &GgufFile, full: bool) -> Json {
             Json::Object(m)
         })
         .collect();
-    let tensors: Vec<Json> = file
+    let tensors: Vec<Json> = view
         .tensors()
         .iter()
-        .map(|t| {
-            json!({
+        .map(|(t, shard)| {
+            let mut j = json!({
                 "name": t.name,
                 "type": t.type_name(),
                 "type_id": t.type_id,
@@ -136,16 +189,20 @@ pub fn to_json(file: &GgufFile, full: bool) -> Json {
                 "offset": t.offset,
                 "bytes": t.size,
                 "elements": t.n_elements,
-            })
+            });
+            if let Some(n) = shard {
+                j["shard"] = json!(n);
+            }
+            j
         })
         .collect();
-    let s = Summary::of(file);
+    let s = Summary::of_tensors(view.tensors().iter().map(|(t, _)| *t));
     let mix: Map<String, Json> = s
         .type_mix
         .iter()
         .map(|(k, (n, el, b))| (k.clone(), json!({"tensors": n, "elements": el, "bytes": b})))
         .collect();
-    json!({
+    let mut doc = json!({
         "path": file.path().display().to_string(),
         "version": file.version(),
         "alignment": file.alignment(),
@@ -158,7 +215,25 @@ pub fn to_json(file: &GgufFile, full: bool) -> Json {
         "tensor_bytes": s.tensor_bytes,
         "bits_per_weight": f64_json(s.bits_per_weight()),
         "type_mix": mix,
-    })
+    });
+    if let Some(m) = view.split() {
+        let shards: Vec<Json> = m
+            .shards()
+            .iter()
+            .map(|f| {
+                json!({
+                    "path": f.path().display().to_string(),
+                    "file_size": f.file_size(),
+                    "tensors": f.tensors().len(),
+                })
+            })
+            .collect();
+        let (no, count) = view.position.unwrap_or_default();
+        doc["split"] = json!({"shard": no + 1, "count": count, "total_size": m.total_size(), "shards": shards});
+    } else if let Some(e) = view.error() {
+        doc["split"] = json!({"error": e});
+    }
+    doc
 }
 
 fn value_text(v: &Value, limit: usize) -> String {
@@ -205,6 +280,8 @@ fn human_count(n: u64) -> String {
 /// The human-readable report.
 pub fn to_text(file: &GgufFile, full: bool) -> String {
     let limit = if full { usize::MAX } else { ARRAY_PREVIEW };
+    let view = View::new(file);
+    let tensors = view.tensors();
     let mut o = String::new();
     let data = file.file_size().saturating_sub(file.data_offset());
     let _ = writeln!(o, "file:      {}", file.path().display());
@@ -213,8 +290,8 @@ pub fn to_text(file: &GgufFile, full: bool) -> String {
         "format:    GGUF v{}, alignment {}, {} metadata keys, {} tensors",
         file.version(),
         file.alignment(),
-        file.metadata().len(),
-        file.tensors().len()
+        view.metadata().len(),
+        tensors.len()
     );
     let _ = writeln!(
         o,
@@ -225,20 +302,46 @@ pub fn to_text(file: &GgufFile, full: bool) -> String {
         human_bytes(data),
         data
     );
+    if let Some(m) = view.split() {
+        let (no, count) = view.position.unwrap_or_default();
+        let total = m.total_size();
+        let _ = writeln!(
+            o,
+            "split:     shard {} of {count}; showing the whole model: {} tensors, {} ({total} bytes) in {count} files",
+            no + 1,
+            tensors.len(),
+            human_bytes(total)
+        );
+        for (i, f) in m.shards().iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "  {:05}  {:>10}  {:>5} tensors  {}",
+                i + 1,
+                human_bytes(f.file_size()),
+                f.tensors().len(),
+                f.path().display()
+            );
+        }
+    } else if let Some(e) = view.error() {
+        let _ = writeln!(o, "split:     cannot open the whole model ({e}); showing this file only");
+    }
     let _ = writeln!(o, "\nmetadata:");
-    let kw = file.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    for (k, v) in file.metadata().iter() {
+    let kw = view.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in view.metadata().iter() {
         let _ = writeln!(o, "  {k:<kw$}  {:<6} {}", v.value_type().name(), value_text(v, limit));
     }
     let _ = writeln!(o, "\ntensors:");
-    let nw = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    let _ = writeln!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", "name", "type", "shape", "offset", "bytes");
-    for t in file.tensors() {
+    let nw = tensors.iter().map(|(t, _)| t.name.len()).max().unwrap_or(4).max(4);
+    let split = view.split().is_some();
+    let _ = write!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", "name", "type", "shape", "offset", "bytes");
+    let _ = writeln!(o, "{}", if split { "  shard" } else { "" });
+    for (t, shard) in &tensors {
         let shape = format!("{:?}", t.dims);
         let bytes = t.size.map(|b| b.to_string()).unwrap_or_else(|| "?".into());
-        let _ = writeln!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", t.name, t.type_name(), shape, t.offset, bytes);
+        let _ = write!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", t.name, t.type_name(), shape, t.offset, bytes);
+        let _ = writeln!(o, "{}", shard.map(|n| format!("  {n:>5}")).unwrap_or_default());
     }
-    let s = Summary::of(file);
+    let s = Summary::of_tensors(tensors.iter().map(|(t, _)| *t));
     let _ = writeln!(o, "\ntype mix:");
     for (name, (n, el, b)) in &s.type_mix {
         let share = if s.tensor_bytes > 0 { *b as f64 * 100.0 / s.tensor_bytes as f64 } else { 0.0 };

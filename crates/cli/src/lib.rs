@@ -8,6 +8,7 @@ pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
+pub mod split;
 pub mod tokenize;
 
 /// Writes `bytes` to `path` atomically: a temporary in the same directory, synced, then

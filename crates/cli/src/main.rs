@@ -75,6 +75,10 @@ enum Command {
     Perplexity(gguf_cli::perplexity::PerplexityArgs),
     /// Render a conversation (JSON messages) with the file's chat template.
     ChatTemplate(gguf_cli::tokenize::ChatTemplateArgs),
+    /// Split a model into shards, like llama-gguf-split (byte-identical shards).
+    Split(gguf_cli::split::SplitArgs),
+    /// Merge a split model's shards into one file, like llama-gguf-split --merge.
+    Merge(gguf_cli::split::MergeArgs),
 }
 
 fn main() -> ExitCode {
@@ -136,6 +140,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Tokenize(a) => gguf_cli::tokenize::tokenize(&a, &mut std::io::stdout().lock()),
         Command::Detokenize(a) => gguf_cli::tokenize::detokenize(&a, &mut std::io::stdout().lock()),
         Command::ChatTemplate(a) => gguf_cli::tokenize::chat_template(&a, &mut std::io::stdout().lock()),
+        Command::Split(a) => gguf_cli::split::split(&a, &engine::INTERRUPTED),
+        Command::Merge(a) => gguf_cli::split::merge(&a, &engine::INTERRUPTED),
         Command::Chat(a) => gguf_cli::chat::chat(&a),
         Command::Logits(a) => engine::logits(&a),
         Command::Bench(a) => engine::bench(&a),

@@ -207,7 +207,38 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A split model whose shards do not form one consistent set (a `split.*` key
+    /// missing or of the wrong type, a shard out of place, counts that disagree, a
+    /// tensor in two shards, a file name that does not follow `PREFIX-NNNNN-of-NNNNN.gguf`).
+    #[error("split model: {path}: {reason}")]
+    Split {
+        /// The shard at fault.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A shard of a split model that could not be opened or parsed.
+    #[error("split model: shard {shard} of {count} ({path}): {}", cause_text(.cause))]
+    SplitShard {
+        /// 1-based shard number, as in its file name.
+        shard: u32,
+        /// Number of shards.
+        count: u32,
+        /// Its path.
+        path: PathBuf,
+        /// Why it could not be opened.
+        cause: Box<Error>,
+    },
     /// A type-registry error.
     #[error(transparent)]
     Quant(#[from] ggml_quants::Error),
+}
+
+/// A shard's open error without repeating its path (an I/O error names the file already
+/// given by [`Error::SplitShard`]).
+fn cause_text(cause: &Error) -> String {
+    match cause {
+        Error::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
 }

@@ -13,6 +13,10 @@
 //! file that is renamed over the target only once complete. Reading a file written by
 //! llama.cpp and writing it back with [`GgufWriter::from_file`] gives identical bytes.
 //!
+//! [`SplitGguf`] opens a model stored as `llama-gguf-split` shards
+//! (`PREFIX-00001-of-0000N.gguf` …) — or a plain file — as one: the first shard's
+//! metadata, every shard's tensors, each tensor's data from its shard's map.
+//!
 //! This crate does no quant math: it asks the `ggml-quants` registry only for a type's
 //! block layout (to size tensor data). A tensor of a type the registry does not know keeps
 //! the rest of the file readable; only its data view fails.
@@ -23,11 +27,13 @@
 mod error;
 mod mmap;
 mod reader;
+pub mod split;
 mod value;
 mod writer;
 
 pub use error::Error;
 pub use reader::{Gguf, GgufFile, TensorInfo};
+pub use split::SplitGguf;
 pub use value::{Array, Metadata, Value, ValueType};
 pub use writer::{GgufWriter, StreamFn, TensorSource};
 

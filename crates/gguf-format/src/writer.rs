@@ -182,7 +182,19 @@ impl<'a> GgufWriter<'a> {
         })
     }
 
-    fn write_inner(self, out: &mut dyn Write) -> Result<(), WriteError> {
+    /// Bytes before the first tensor's data: header, metadata, tensor table and the
+    /// padding to the alignment (llama.cpp's `gguf_get_meta_size`).
+    pub fn header_len(&self) -> Result<u64> {
+        let mut sink = io::sink();
+        let mut w = Counting { inner: &mut sink, written: 0 };
+        self.write_header(&mut w).map_err(|e| match e {
+            WriteError::Io(source) => Error::Io { path: PathBuf::from("<sink>"), source },
+            WriteError::Gguf(e) => e,
+        })?;
+        Ok(w.written)
+    }
+
+    fn write_header(&self, w: &mut Counting<'_>) -> Result<(), WriteError> {
         let alignment = self.alignment()?;
         // Refuse, before writing anything, what the reader would reject.
         if !(2..=3).contains(&self.version) {
@@ -196,19 +208,18 @@ impl<'a> GgufWriter<'a> {
                 }
             }
         }
-        let mut w = Counting { inner: out, written: 0 };
         w.write_all(&MAGIC)?;
         w.write_all(&self.version.to_le_bytes())?;
         w.write_all(&(self.tensors.len() as u64).to_le_bytes())?;
         w.write_all(&(self.metadata.len() as u64).to_le_bytes())?;
         for (k, v) in self.metadata.iter() {
-            write_str(&mut w, k.as_bytes())?;
+            write_str(w, k.as_bytes())?;
             w.write_all(&(v.value_type() as u32).to_le_bytes())?;
-            write_value(&mut w, v)?;
+            write_value(w, v)?;
         }
         let mut offset = 0u64;
         for t in &self.tensors {
-            write_str(&mut w, t.name.as_bytes())?;
+            write_str(w, t.name.as_bytes())?;
             w.write_all(&(t.dims.len() as u32).to_le_bytes())?;
             for d in &t.dims {
                 w.write_all(&d.to_le_bytes())?;
@@ -218,8 +229,15 @@ impl<'a> GgufWriter<'a> {
             offset += pad_len(t.size, alignment) + t.size;
         }
         if !self.tensors.is_empty() || self.pad_empty {
-            pad(&mut w, alignment)?;
+            pad(w, alignment)?;
         }
+        Ok(())
+    }
+
+    fn write_inner(self, out: &mut dyn Write) -> Result<(), WriteError> {
+        let alignment = self.alignment()?;
+        let mut w = Counting { inner: out, written: 0 };
+        self.write_header(&mut w)?;
         for t in self.tensors {
             let before = w.written;
             match t.source {

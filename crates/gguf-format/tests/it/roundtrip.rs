@@ -258,6 +258,27 @@ fn empty_files_with_and_without_padding() {
 }
 
 #[test]
+fn header_len_is_the_data_offset() {
+    for alignment in [None, Some(64)] {
+        let mut w = GgufWriter::new();
+        if let Some(a) = alignment {
+            w = w.with_alignment(a);
+        }
+        w.add_kv("general.name", "x");
+        for t in all_tensors() {
+            w.add_tensor_owned(&t.name, &t.dims, t.type_id, t.data).expect("add");
+        }
+        let len = w.header_len().expect("header_len");
+        let mut bytes = Vec::new();
+        w.write_to(&mut bytes).expect("write");
+        assert_eq!(len, Gguf::parse(&bytes).expect("parse").data_offset());
+    }
+    for (pad, len) in [(true, 32), (false, 24)] {
+        assert_eq!(GgufWriter::new().with_empty_padding(pad).header_len().expect("header_len"), len);
+    }
+}
+
+#[test]
 fn metadata_set_keeps_position() {
     let mut w = GgufWriter::new();
     w.add_kv("a", 1u32).add_kv("b", 2u32).add_kv("a", "replaced");

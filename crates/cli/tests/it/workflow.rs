@@ -1,0 +1,134 @@
+//! `gguf quantize`, `imatrix` and `perplexity` end to end on the tiny byte-tokenizer
+//! model, and their refusals (a clear error, exit ≠ 0, no output file).
+
+use std::path::{Path, PathBuf};
+
+use gguf_format::GgufFile;
+use models::synthetic::{write, Tiny};
+
+use super::{assert_clean_error, gguf};
+
+fn tiny(dir: &Path) -> PathBuf {
+    let p = dir.join("tiny.gguf");
+    write(&Tiny::new("llama").with_tokenizer(), &p, None, &[]).unwrap();
+    p
+}
+
+fn text(dir: &Path) -> PathBuf {
+    let p = dir.join("text.txt");
+    let s: String = (0..60).map(|i| format!("line {i}: the quick brown fox jumps over the lazy dog. ")).collect();
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+/// Exit ≠ 0 and a last stderr line `error: …needle…` (progress lines may come first).
+fn assert_fails(o: &super::Out, needle: &str) {
+    assert_ne!(o.code, 0, "{}", o.stderr);
+    let last = o.stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: ") && last.contains(needle), "{}", o.stderr);
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn quantize_imatrix_then_run() {
+    let d = tempfile::tempdir().unwrap();
+    let (m, t) = (tiny(d.path()), text(d.path()));
+    let im = d.path().join("im.gguf");
+    let o = gguf(&[
+        "imatrix",
+        "-m",
+        m.to_str().unwrap(),
+        "-f",
+        t.to_str().unwrap(),
+        "-c",
+        "64",
+        "--chunks",
+        "3",
+        "-o",
+        im.to_str().unwrap(),
+        "-t",
+        "2",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("Final estimate: PPL"), "{}", o.stdout);
+    let f = GgufFile::open(&im).unwrap();
+    assert_eq!(f.metadata().get_u64("imatrix.chunk_count"), Some(3));
+    assert!(f.tensor("blk.0.ffn_down.weight.in_sum2").is_some());
+    assert!(f.tensor("output.weight.in_sum2").is_none(), "output.weight only with --process-output");
+
+    let q = d.path().join("q.gguf");
+    let o = gguf(&[
+        "quantize",
+        "--allow-requantize",
+        "--imatrix",
+        im.to_str().unwrap(),
+        m.to_str().unwrap(),
+        q.to_str().unwrap(),
+        "Q8_0",
+        "2",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let f = GgufFile::open(&q).unwrap();
+    assert_eq!(f.metadata().get_u64("general.file_type"), Some(7));
+    assert!(f.metadata().get_u64("quantize.imatrix.entries_count").unwrap() > 0);
+    let o = gguf(&["run", "-m", q.to_str().unwrap(), "-p", "the", "-n", "4", "--temp", "0"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+#[test]
+fn quantize_refusals_leave_no_file() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path());
+    let out = d.path().join("out.gguf");
+    let (m, o_) = (m.to_str().unwrap(), out.to_str().unwrap());
+    assert_clean_error(&gguf(&["quantize", m, o_, "Q4_K_X"]), "unknown recipe \"Q4_K_X\"");
+    assert!(gguf(&["quantize", m, o_, "Q4_K_X"]).stderr.contains("Q4_K_M"), "lists the known recipes");
+    assert_clean_error(&gguf(&["quantize", m, m, "Q8_0"]), "input and output files are the same");
+    assert_clean_error(&gguf(&["quantize", "--prune-layers", "1,x", m, o_, "Q8_0"]), "invalid layer id");
+    assert_clean_error(&gguf(&["quantize", "--override-kv", "a=num:1", m, o_, "Q8_0"]), "invalid type");
+    assert_clean_error(&gguf(&["quantize", "--tensor-type", "attn=q9_9", m, o_, "Q8_0"]), "unknown ggml type");
+    assert_clean_error(&gguf(&["quantize", "--imatrix", "/nonexistent.gguf", m, o_, "Q8_0"]), "nonexistent.gguf");
+    assert_fails(&gguf(&["quantize", m, "/nonexistent-dir/out.gguf", "Q8_0"]), "nonexistent-dir");
+    assert_eq!(names(d.path()), ["tiny.gguf"]);
+    // --dry-run writes nothing either.
+    let o = gguf(&["quantize", "--dry-run", m, o_, "Q8_0"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(names(d.path()), ["tiny.gguf"]);
+}
+
+#[test]
+fn perplexity_and_kl_divergence_against_itself() {
+    let d = tempfile::tempdir().unwrap();
+    let (m, t) = (tiny(d.path()), text(d.path()));
+    let base = d.path().join("base.bin");
+    let (m, t, b) = (m.to_str().unwrap(), t.to_str().unwrap(), base.to_str().unwrap());
+    let o = gguf(&["perplexity", "-m", m, "-f", t, "-c", "32", "--kl-divergence-base", b, "-t", "2"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let final_line =
+        o.stdout.lines().find(|l| l.starts_with("Final estimate: PPL = ")).expect("final estimate").to_string();
+    assert!(std::fs::metadata(&base).unwrap().len() > 0);
+    let o = gguf(&["perplexity", "-m", m, "--kl-divergence-base", b, "--kl-divergence", "-t", "1"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("Same top p: 100.000"), "{}", o.stdout);
+    let kld = o.stdout.lines().find(|l| l.starts_with("Mean    KLD:")).unwrap();
+    let kld: f64 = kld.split(':').nth(1).unwrap().split('±').next().unwrap().trim().parse().unwrap();
+    assert!(kld.abs() < 1e-4, "{kld}");
+    // The PPL of the KL run (Q) equals the first run's.
+    let ppl: f64 = final_line.split_whitespace().nth(4).unwrap().parse().unwrap();
+    let q = o.stdout.lines().find(|l| l.starts_with("Mean PPL(Q)")).unwrap();
+    let q: f64 = q.split(':').nth(1).unwrap().split('±').next().unwrap().trim().parse().unwrap();
+    assert!((q - ppl).abs() < 1e-3 * ppl, "{q} vs {ppl}");
+    // Not a base file: a clear error.
+    assert_clean_error(
+        &gguf(&["perplexity", "-m", m, "--kl-divergence-base", t, "--kl-divergence"]),
+        "log-probabilities",
+    );
+    // Too short a text for the context.
+    assert_fails(&gguf(&["perplexity", "-m", m, "-f", t, "-c", "4096"]), "you need at least");
+}
