@@ -1,6 +1,7 @@
 //! End-to-end tests of the `gguf` binary on small files written by our own writer.
 
 mod engine;
+mod split;
 mod workflow;
 
 use std::path::{Path, PathBuf};
