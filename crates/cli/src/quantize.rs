@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use gguf_format::GgufFile;
+use gguf_format::SplitGguf;
 use quantize::{recipe, Imatrix, KvOverride, Params, Progress};
 
 /// Arguments of `gguf quantize` (llama-quantize's names).
@@ -172,24 +172,19 @@ pub fn run(a: &QuantizeArgs, interrupted: &AtomicBool) -> Result<()> {
         );
         p.imatrix = Some(im);
     }
-    let target = if a.keep_split {
-        let s = out.to_string_lossy();
-        PathBuf::from(quantize::split_path(s.strip_suffix(".gguf").unwrap_or(&s), 0, 1))
-    } else {
-        out.clone()
-    };
-    if !a.dry_run && same_file(&input, &target) {
-        bail!("input and output files are the same: {}", input.display());
-    }
-    let file = GgufFile::open(&input)?;
-    if a.keep_split && file.metadata().get_u64("split.count").is_some_and(|n| n > 1) {
-        bail!(
-            "--keep-split: {} is one shard of a split model; reading split models is not supported yet",
-            input.display()
-        );
-    }
+    p.keep_split = a.keep_split;
+    let file = SplitGguf::open(&input)?;
     let t0 = Instant::now();
     let plan = quantize::plan(&file, &p)?;
+    let targets = quantize::output_paths(&plan, &p, &out);
+    if !a.dry_run {
+        for t in &targets {
+            if file.shards().iter().any(|s| same_file(s.path(), t)) {
+                bail!("input and output files are the same: {}", t.display());
+            }
+        }
+    }
+    let target = targets[0].clone();
     let mib = |b: u64| b as f64 / 1024.0 / 1024.0;
     let n = plan.tensors.len();
     if a.dry_run {
@@ -200,6 +195,9 @@ pub fn run(a: &QuantizeArgs, interrupted: &AtomicBool) -> Result<()> {
     } else {
         let th = if nthread > 0 { format!(" using {nthread} threads") } else { String::new() };
         eprintln!("quantizing '{}' to '{}' as {shown}{th}", input.display(), target.display());
+        if targets.len() > 1 {
+            eprintln!("writing {} shards like the input's", targets.len());
+        }
         let bar = (!a.no_progress && std::io::stderr().is_terminal()).then(|| {
             let b = indicatif::ProgressBar::new(plan.size_in().max(1));
             b.set_style(
@@ -234,7 +232,7 @@ pub fn run(a: &QuantizeArgs, interrupted: &AtomicBool) -> Result<()> {
                 }
             }
         };
-        quantize::write(&file, &plan, &p, &target, interrupted, &on_progress)?;
+        quantize::write(&file, &plan, &p, &out, interrupted, &on_progress)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }

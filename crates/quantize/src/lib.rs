@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use ggml_quants::TypeTraits;
-use gguf_format::{GgufFile, GgufWriter, Metadata, TensorSource, Value};
+use gguf_format::{GgufWriter, Metadata, SplitGguf, TensorSource, Value};
 
 pub use error::Error;
 pub use imatrix::Imatrix;
@@ -145,6 +145,8 @@ pub struct Params {
     pub imatrix: Option<Imatrix>,
     /// `--dry-run`.
     pub dry_run: bool,
+    /// `--keep-split`: one output shard per input shard, tensors in shard order.
+    pub keep_split: bool,
 }
 
 impl Params {
@@ -163,6 +165,7 @@ impl Params {
             kv_overrides: Vec::new(),
             imatrix: None,
             dry_run: false,
+            keep_split: false,
         }
     }
 }
@@ -192,6 +195,8 @@ pub struct TensorPlan {
     pub size_in: u64,
     /// Bytes in the output.
     pub size_out: u64,
+    /// Output shard (`--keep-split`; else 0).
+    pub shard: usize,
 }
 
 /// The whole plan: output metadata and every tensor in output order.
@@ -209,6 +214,8 @@ pub struct Plan {
     pub n_elements: u64,
     /// A tensor would need an imatrix that was not given (only reported, by `--dry-run`).
     pub needs_imatrix: bool,
+    /// Output shards (1 unless `--keep-split` on a split input).
+    pub n_split: usize,
 }
 
 impl Plan {
@@ -298,9 +305,9 @@ impl Pruner {
 /// Decides every tensor's type and the output metadata, checking everything that can be
 /// checked before a byte is written (unknown types, missing or mismatched imatrix
 /// entries, requantizing without `--allow-requantize`).
-pub fn plan(file: &GgufFile, params: &Params) -> Result<Plan> {
+pub fn plan(file: &SplitGguf, params: &Params) -> Result<Plan> {
     let recipe = params.recipe;
-    let path = file.path();
+    let path = file.first().path();
     let default = recipe.default_traits()?;
     let patterns: Vec<(regex::Regex, u32)> = params
         .tensor_types
@@ -356,6 +363,12 @@ pub fn plan(file: &GgufFile, params: &Params) -> Result<Plan> {
             list.push((i, n));
         }
     }
+    // --keep-split: llama-quantize sorts by (shard, offset in the shard).
+    let shard_of = |i: usize| if params.keep_split { file.shard_of(&infos[i]).unwrap_or(0) } else { 0 };
+    if params.keep_split {
+        list.sort_by_key(|&(i, _)| (shard_of(i), infos[i].offset));
+    }
+    let n_split = if params.keep_split { file.shards().len() } else { 1 };
     if !params.prune_layers.is_empty() {
         set_last(&mut md, &format!("{}.block_count", model.arch), Value::U32(pruner.next as u32));
     }
@@ -480,9 +493,10 @@ pub fn plan(file: &GgufFile, params: &Params) -> Result<Plan> {
             fell_back,
             size_in,
             size_out,
+            shard: shard_of(src),
         });
     }
-    Ok(Plan { metadata: md, tensors: out, model, n_fallback, n_elements, needs_imatrix })
+    Ok(Plan { metadata: md, tensors: out, model, n_fallback, n_elements, needs_imatrix, n_split })
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -495,7 +509,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 /// The input's own file type (for `COPY`): `general.file_type`, else guessed from the
 /// most common tensor type as llama.cpp's loader does (`| LLAMA_FTYPE_GUESSED`).
-fn input_ftype(file: &GgufFile) -> u32 {
+fn input_ftype(file: &SplitGguf) -> u32 {
     if let Some(v) = file.metadata().get_u64("general.file_type") {
         return v as u32;
     }
@@ -589,25 +603,68 @@ pub enum Progress<'a> {
 /// Bytes of f32 kept per slab while converting one tensor (bounds peak memory).
 const SLAB_F32_BYTES: usize = 64 << 20;
 
-/// Writes the planned file to `out` (atomically: a temporary file renamed at the end;
-/// on any error, or when `cancel` is set, nothing is left behind).
+/// The files [`write`] produces for `out`: `out` itself, or with `--keep-split` on a
+/// split input `PREFIX-0000i-of-0000n.gguf` (`PREFIX` = `out` without `.gguf`).
+pub fn output_paths(plan: &Plan, params: &Params, out: &Path) -> Vec<std::path::PathBuf> {
+    if !params.keep_split {
+        return vec![out.to_path_buf()];
+    }
+    let s = out.to_string_lossy();
+    let prefix = s.strip_suffix(".gguf").unwrap_or(&s);
+    (0..plan.n_split).map(|i| split_path(prefix, i as u32, plan.n_split as u32).into()).collect()
+}
+
+/// Writes the planned file(s) to `out` (see [`output_paths`]), each atomically (a
+/// temporary file renamed at the end); on any error, or when `cancel` is set, nothing is
+/// left behind — shards already written are removed.
 pub fn write(
-    file: &GgufFile,
+    file: &SplitGguf,
     plan: &Plan,
     params: &Params,
     out: &Path,
     cancel: &AtomicBool,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<()> {
+    let paths = output_paths(plan, params, out);
+    for (i, p) in paths.iter().enumerate() {
+        if let Err(e) = write_shard(file, plan, params, i, p, cancel, progress) {
+            for done in &paths[..i] {
+                let _ = std::fs::remove_file(done);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_shard(
+    file: &SplitGguf,
+    plan: &Plan,
+    params: &Params,
+    shard: usize,
+    out: &Path,
+    cancel: &AtomicBool,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<()> {
     let failure: Mutex<Option<Error>> = Mutex::new(None);
     let mut w = GgufWriter::new();
-    *w.metadata_mut() = plan.metadata.clone();
+    // llama-quantize gives only the first shard the model's keys; the others start empty.
+    if shard == 0 {
+        *w.metadata_mut() = plan.metadata.clone();
+    }
+    if plan.n_split > 1 {
+        let md = w.metadata_mut();
+        set_last(md, "split.no", Value::U16(shard as u16));
+        set_last(md, "split.count", Value::U16(plan.n_split as u16));
+        set_last(md, "split.tensors.count", Value::I32(plan.tensors.len() as i32));
+    }
     let nthread = match params.nthread {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
     };
     let count = plan.tensors.len();
-    for (index, tp) in plan.tensors.iter().enumerate() {
+    for (index, tp) in plan.tensors.iter().enumerate().filter(|(_, t)| t.shard == shard) {
         let info = &file.tensors()[tp.src];
         let data = file.tensor_data(info)?;
         let imatrix = params.imatrix.as_ref().and_then(|im| im.entries.get(&tp.imatrix_name)).filter(|e| {

@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::atomic::AtomicBool;
 
-use gguf_format::GgufFile;
+use gguf_format::{GgufFile, SplitGguf};
 use quantize::{inventory, recipe, Category, Params, Recipe, TensorCtx};
 
 /// Attention in Q8_0, everything else in the default Q4_0.
@@ -38,7 +38,7 @@ fn plug_in_recipe_is_found_and_applied() {
     let dir = tempfile::tempdir().unwrap();
     let (src, dst) = (dir.path().join("in.gguf"), dir.path().join("out.gguf"));
     common::write_model(&src, &common::DENSE);
-    let file = GgufFile::open(&src).unwrap();
+    let file = SplitGguf::open(&src).unwrap();
     let p = Params::new(r);
     let plan = quantize::plan(&file, &p).unwrap();
     quantize::write(&file, &plan, &p, &dst, &AtomicBool::new(false), &|_| {}).unwrap();

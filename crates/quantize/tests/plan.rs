@@ -7,7 +7,7 @@ mod common;
 
 use std::fmt::Write;
 
-use gguf_format::GgufFile;
+use gguf_format::SplitGguf;
 use quantize::{recipe, Params};
 
 const RECIPES: &[&str] = &[
@@ -30,7 +30,7 @@ fn plans(shape: &common::Shape) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     common::write_model(&path, shape);
-    let file = GgufFile::open(&path).unwrap();
+    let file = SplitGguf::open(&path).unwrap();
     let mut s = String::new();
     for name in RECIPES {
         let r = recipe::lookup(name).unwrap();
@@ -59,7 +59,7 @@ fn tensor_order_is_ggml_layer_first() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     common::write_model(&path, &common::DENSE);
-    let file = GgufFile::open(&path).unwrap();
+    let file = SplitGguf::open(&path).unwrap();
     let plan = quantize::plan(&file, &Params::new(recipe::lookup("Q8_0").unwrap())).unwrap();
     let names: Vec<&str> = plan.tensors.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(&names[..4], ["output.weight", "output_norm.weight", "token_embd.weight", "blk.0.attn_k.weight"]);
@@ -73,7 +73,7 @@ fn prune_renumbers_layers_and_block_count() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     common::write_model(&path, &common::DENSE);
-    let file = GgufFile::open(&path).unwrap();
+    let file = SplitGguf::open(&path).unwrap();
     let mut p = Params::new(recipe::lookup("Q4_K_M").unwrap());
     p.prune_layers = vec![3, 5];
     let plan = quantize::plan(&file, &p).unwrap();

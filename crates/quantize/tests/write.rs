@@ -3,14 +3,14 @@ mod common;
 
 use std::sync::atomic::AtomicBool;
 
-use gguf_format::{GgufFile, GgufWriter, Value};
+use gguf_format::{GgufFile, GgufWriter, SplitGguf, Value};
 use quantize::{recipe, Error, Imatrix, Params};
 
-fn model() -> (tempfile::TempDir, GgufFile) {
+fn model() -> (tempfile::TempDir, SplitGguf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("in.gguf");
     common::write_model(&path, &common::DENSE);
-    let f = GgufFile::open(&path).unwrap();
+    let f = SplitGguf::open(&path).unwrap();
     (dir, f)
 }
 
@@ -79,7 +79,7 @@ fn requantizing_needs_the_flag() {
     let q8 = dir.path().join("q8.gguf");
     let p = Params::new(recipe::lookup("Q8_0").unwrap());
     quantize::write(&file, &quantize::plan(&file, &p).unwrap(), &p, &q8, &AtomicBool::new(false), &|_| {}).unwrap();
-    let q8 = GgufFile::open(&q8).unwrap();
+    let q8 = SplitGguf::open(&q8).unwrap();
     let p = Params::new(recipe::lookup("Q4_K_M").unwrap());
     let err = quantize::plan(&q8, &p).unwrap_err();
     assert!(matches!(err, Error::Requantize { .. }), "{err}");
