@@ -602,6 +602,39 @@ pub enum Progress<'a> {
 
 /// Bytes of f32 kept per slab while converting one tensor (bounds peak memory).
 const SLAB_F32_BYTES: usize = 64 << 20;
+/// Bytes copied at a time for tensors kept as they are.
+const COPY_CHUNK: u64 = 16 << 20;
+
+/// Reads a tensor's bytes from its shard with positioned reads, not through the map, so
+/// the input never becomes resident (llama-quantize unmaps each weight after use to the
+/// same end): peak memory is one slab, whatever the model size.
+struct TensorReader {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    start: u64,
+    len: u64,
+}
+
+impl TensorReader {
+    fn new(file: &SplitGguf, info: &gguf_format::TensorInfo) -> Result<TensorReader> {
+        let (shard, local) = file
+            .tensor_location(info)
+            .ok_or_else(|| Error::Convert { tensor: info.name.clone(), reason: "not in any shard".into() })?;
+        // Validates the range against the shard (and the mmap) once.
+        let len = shard.tensor_data(local)?.len() as u64;
+        let path = shard.path().to_path_buf();
+        let f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        Ok(TensorReader { file: f, path, start: shard.data_offset() + local.offset, len })
+    }
+
+    fn read(&self, off: u64, n: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        buf.resize(n, 0);
+        self.file.read_exact_at(buf, self.start + off).map_err(|e| {
+            io::Error::new(e.kind(), format!("{}: reading at {}: {e}", self.path.display(), self.start + off))
+        })
+    }
+}
 
 /// The files [`write`] produces for `out`: `out` itself, or with `--keep-split` on a
 /// split input `PREFIX-0000i-of-0000n.gguf` (`PREFIX` = `out` without `.gguf`).
@@ -666,7 +699,7 @@ fn write_shard(
     let count = plan.tensors.len();
     for (index, tp) in plan.tensors.iter().enumerate().filter(|(_, t)| t.shard == shard) {
         let info = &file.tensors()[tp.src];
-        let data = file.tensor_data(info)?;
+        let data = TensorReader::new(file, info)?;
         let imatrix = params.imatrix.as_ref().and_then(|im| im.entries.get(&tp.imatrix_name)).filter(|e| {
             let ne0 = info.dims.first().copied().unwrap_or(1);
             let ne2 = info.dims.get(2).copied().unwrap_or(1);
@@ -684,9 +717,16 @@ fn write_shard(
             }
             progress(Progress::Start { index, count, tensor: tp });
             if tp.from == tp.to {
-                sink.write_all(data)?;
+                let mut buf = Vec::new();
+                let mut off = 0u64;
+                while off < data.len {
+                    let n = (data.len - off).min(COPY_CHUNK);
+                    data.read(off, n as usize, &mut buf)?;
+                    sink.write_all(&buf)?;
+                    off += n;
+                }
             } else {
-                convert(tp, info, data, imatrix.map(|v| v.as_slice()), nthread, cancel, progress, sink).map_err(
+                convert(tp, info, &data, imatrix.map(|v| v.as_slice()), nthread, cancel, progress, sink).map_err(
                     |e| match e {
                         ConvertError::Io(e) => e,
                         ConvertError::Other(e) => fail(e),
@@ -723,7 +763,7 @@ impl From<io::Error> for ConvertError {
 fn convert(
     tp: &TensorPlan,
     info: &gguf_format::TensorInfo,
-    data: &[u8],
+    data: &TensorReader,
     imatrix: Option<&[f32]>,
     nthread: usize,
     cancel: &AtomicBool,
@@ -743,6 +783,7 @@ fn convert(
     const MIN_CHUNK: usize = 32 * 512;
     let chunk_rows = if n_per_row >= MIN_CHUNK { 1 } else { MIN_CHUNK.div_ceil(n_per_row) };
     let mut f32_buf = vec![0f32; slab_rows * n_per_row];
+    let mut raw = Vec::new();
     let mut out_buf = vec![0u8; slab_rows * row_out];
     let mut r0 = 0;
     while r0 < rows_total {
@@ -750,7 +791,8 @@ fn convert(
             return Err(other(Error::Interrupted));
         }
         let nrows = slab_rows.min(rows_total - r0);
-        let src = &data[r0 * row_in..(r0 + nrows) * row_in];
+        data.read((r0 * row_in) as u64, nrows * row_in, &mut raw)?;
+        let src = &raw[..];
         let f = &mut f32_buf[..nrows * n_per_row];
         if from.id == 0 {
             for (o, c) in f.iter_mut().zip(src.chunks_exact(4)) {
