@@ -153,8 +153,8 @@ pub struct BenchArgs {
 
 /// A loaded model with its tokenizer.
 pub struct Loaded {
-    /// The mapped file.
-    pub file: Arc<gguf_format::GgufFile>,
+    /// The mapped model: one file or every shard of a split model (metadata from the first).
+    pub file: Arc<gguf_format::SplitGguf>,
     /// The model.
     pub model: Box<dyn Model>,
     /// Its tokenizer.
@@ -416,7 +416,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         let (avg, sd) = mean_std(&samples);
         results.push((name, np, ng, avg, sd, samples));
     }
-    let path = l.file.path().display().to_string();
+    let path = l.file.first().path().display().to_string();
     if args.json {
         let v = serde_json::json!({
             "model": path,
@@ -429,7 +429,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         });
         println!("{v}");
     } else {
-        let size = l.file.file_size() as f64 / 1048576.0;
+        let size = l.file.total_size() as f64 / 1048576.0;
         println!("| model | size | backend | threads | test | t/s |");
         println!("| --- | ---: | --- | ---: | ---: | ---: |");
         let name = Path::new(&path).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or(path.clone());

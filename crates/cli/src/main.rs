@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use gguf_cli::{engine, fetch, inspect};
-use gguf_format::GgufFile;
+use gguf_format::{GgufFile, SplitGguf};
 
 // Link every built-in quant type into the binary (inventory registrations).
 use ggml_quants as _;
@@ -169,7 +169,8 @@ fn open(path: &Path) -> Result<GgufFile> {
 }
 
 fn dequant(path: &Path, name: &str, output: &Path) -> Result<()> {
-    let f = open(path)?;
+    // A shard of a split model opens the whole set: the tensor may be in any shard.
+    let f = SplitGguf::open(path).with_context(|| format!("reading {}", path.display()))?;
     let info = f.tensor(name).with_context(|| format!("{}: no tensor named {name:?}", path.display()))?;
     let t = info.require_type()?;
     let data = f.tensor_data(info)?;

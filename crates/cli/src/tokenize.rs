@@ -1,11 +1,12 @@
 //! `gguf tokenize`, `gguf detokenize`, `gguf chat-template`: the tokenizer and chat
-//! template of a GGUF file, printed the way llama.cpp's `llama-tokenize` prints them.
+//! template of a GGUF file, printed the way llama.cpp's `llama-tokenize` prints them. A
+//! shard of a split model opens the whole set; its tokenizer is the first shard's metadata.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use gguf_format::GgufFile;
+use gguf_format::SplitGguf;
 use tokenizer::chat::{ChatTemplate, Message};
 use tokenizer::Tokenizer;
 
@@ -70,8 +71,8 @@ pub struct ChatTemplateArgs {
     pub template: Option<String>,
 }
 
-fn load(path: &PathBuf) -> Result<(GgufFile, Tokenizer)> {
-    let f = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+fn load(path: &PathBuf) -> Result<(SplitGguf, Tokenizer)> {
+    let f = SplitGguf::open(path).with_context(|| format!("opening {}", path.display()))?;
     let t = Tokenizer::from_gguf(f.metadata()).with_context(|| format!("tokenizer of {}", path.display()))?;
     Ok((f, t))
 }
@@ -139,7 +140,7 @@ fn json_arg(s: &str) -> Result<serde_json::Value> {
 
 /// Runs `gguf chat-template`.
 pub fn chat_template(a: &ChatTemplateArgs, out: &mut dyn Write) -> Result<()> {
-    let f = GgufFile::open(&a.model).with_context(|| format!("opening {}", a.model.display()))?;
+    let f = SplitGguf::open(&a.model).with_context(|| format!("opening {}", a.model.display()))?;
     let tmpl = match &a.template {
         Some(name) => ChatTemplate::builtin(name)?,
         None => ChatTemplate::from_gguf(f.metadata())?

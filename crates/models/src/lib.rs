@@ -4,7 +4,8 @@
 //! `inventory::submit!` of a [`registry::Architecture`]); [`load`] opens a file and
 //! dispatches. The built-in ones (llama, qwen2, qwen3, qwen3moe, gemma3) share
 //! [`transformer::Transformer`], differing only in their [`transformer::Spec`]. Weights
-//! stay quantized in the file's mmap; `quant_kernels` computes on them in place.
+//! stay quantized in the file's mmap (each shard's, for a split model); `quant_kernels`
+//! computes on them in place.
 #![deny(missing_docs)]
 
 mod arch;
@@ -31,9 +32,11 @@ pub use sampling::{Sampler, SamplerParams};
 /// Re-exported for architectures registered from other crates.
 pub use inventory;
 
-/// Maps a GGUF file and loads the model it holds.
-pub fn load(path: impl AsRef<Path>) -> Result<(Arc<gguf_format::GgufFile>, Box<dyn Model>)> {
-    let file = Arc::new(gguf_format::GgufFile::open(path)?);
+/// Maps a GGUF file and loads the model it holds. A shard of a `llama-gguf-split` set
+/// (`NAME-00001-of-0000N.gguf`, any of them) loads the whole set as one model, as
+/// llama.cpp does; a missing or mismatched shard is an error naming it.
+pub fn load(path: impl AsRef<Path>) -> Result<(Arc<gguf_format::SplitGguf>, Box<dyn Model>)> {
+    let file = Arc::new(gguf_format::SplitGguf::open(path)?);
     let model = registry::load(file.clone())?;
     Ok((file, model))
 }

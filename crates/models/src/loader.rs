@@ -1,10 +1,12 @@
-//! Reading hyperparameters and locating tensors in a GGUF file.
+//! Reading hyperparameters and locating tensors in a GGUF model — one file or a
+//! `llama-gguf-split` shard set, read as one through [`SplitGguf`].
 
-use gguf_format::{Array, GgufFile, TensorInfo, Value};
+use gguf_format::{Array, GgufFile, SplitGguf, TensorInfo, Value};
 
 use crate::{Error, Result};
 
-/// A tensor located in the file's mmap: its type and shape, and its byte range.
+/// A tensor located in the model's mmaps: its type and shape, the shard holding it, and
+/// its byte range in that shard.
 #[derive(Debug, Clone)]
 pub struct TensorRef {
     /// Tensor name.
@@ -13,7 +15,9 @@ pub struct TensorRef {
     pub type_id: u32,
     /// Shape in ggml order (`dims[0]` contiguous).
     pub dims: Vec<u64>,
-    /// Byte offset of the data in the file.
+    /// Index of the shard holding the data ([`SplitGguf::shards`]; 0 for a plain file).
+    pub shard: usize,
+    /// Byte offset of the data in that shard's file.
     pub start: usize,
     /// Byte length of the data.
     pub len: usize,
@@ -34,22 +38,33 @@ impl TensorRef {
     pub fn rows(&self) -> usize {
         self.dims[1..].iter().product::<u64>() as usize
     }
+
+    /// The shard file holding the data.
+    pub fn shard_file<'a>(&self, model: &'a SplitGguf) -> &'a GgufFile {
+        &model.shards()[self.shard]
+    }
+
+    /// The data bytes, borrowed from the holding shard's map.
+    pub fn data<'a>(&self, model: &'a SplitGguf) -> &'a [u8] {
+        &self.shard_file(model).bytes()[self.start..self.start + self.len]
+    }
 }
 
 /// Reads typed hyperparameters under an architecture prefix and finds tensors.
 pub struct Loader<'a> {
-    file: &'a GgufFile,
+    file: &'a SplitGguf,
     arch: &'a str,
 }
 
 impl<'a> Loader<'a> {
-    /// A loader for `file`, whose `general.architecture` is `arch`.
-    pub fn new(file: &'a GgufFile, arch: &'a str) -> Loader<'a> {
+    /// A loader for `file` (a plain file or a shard set), whose `general.architecture` is
+    /// `arch`.
+    pub fn new(file: &'a SplitGguf, arch: &'a str) -> Loader<'a> {
         Loader { file, arch }
     }
 
-    /// The file.
-    pub fn file(&self) -> &'a GgufFile {
+    /// The model: metadata from its first shard, tensors from all.
+    pub fn file(&self) -> &'a SplitGguf {
         self.file
     }
 
@@ -180,13 +195,16 @@ impl<'a> Loader<'a> {
         if strip(&info.dims) != strip(want) {
             return Err(Error::Shape { name: name.to_string(), got: info.dims.clone(), want: want.to_vec() });
         }
-        let data = self.file.tensor_data(info)?;
-        let start = data.as_ptr() as usize - self.file.bytes().as_ptr() as usize;
+        let (shard_file, local) =
+            self.file.tensor_location(info).ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        let shard = self.file.shard_of(info).ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        let data = shard_file.tensor_data(local)?;
+        let start = data.as_ptr() as usize - shard_file.bytes().as_ptr() as usize;
         let mut dims = strip(&info.dims);
         if dims.len() == 1 && want.len() > 1 {
             dims = want.to_vec();
         }
-        Ok(Some(TensorRef { name: name.to_string(), type_id: info.type_id, dims, start, len: data.len() }))
+        Ok(Some(TensorRef { name: name.to_string(), type_id: info.type_id, dims, shard, start, len: data.len() }))
     }
 
     /// A required tensor with the given shape.
@@ -198,8 +216,7 @@ impl<'a> Loader<'a> {
     pub fn opt_vector(&self, name: &str, len: u64) -> Result<Option<Vec<f32>>> {
         let Some(t) = self.opt_tensor(name, &[len])? else { return Ok(None) };
         let traits = ggml_quants::lookup_id(t.type_id)?;
-        let bytes = &self.file.bytes()[t.start..t.start + t.len];
-        Ok(Some(traits.dequantize_to_vec(bytes)?))
+        Ok(Some(traits.dequantize_to_vec(t.data(self.file))?))
     }
 
     /// A required small tensor decoded to `f32`.

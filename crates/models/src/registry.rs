@@ -1,17 +1,19 @@
 //! The architecture registry: architectures submit an [`Architecture`] with
 //! `inventory::submit!`, and [`load`] picks one by `general.architecture`.
 
-use gguf_format::GgufFile;
+use gguf_format::SplitGguf;
 
 use crate::model::Model;
 use crate::{Error, Result};
 
-/// How to load one architecture from a GGUF file.
+/// How to load one architecture from a GGUF model.
 pub struct Architecture {
     /// `general.architecture` value, e.g. `"llama"`.
     pub name: &'static str,
-    /// Builds the model from the (mapped) file.
-    pub load: fn(std::sync::Arc<GgufFile>) -> Result<Box<dyn Model>>,
+    /// Builds the model from the (mapped) model: one file or a `llama-gguf-split` shard
+    /// set, read as one — metadata from the first shard, tensors from all
+    /// ([`crate::loader::Loader`] and [`crate::loader::TensorRef`] hide which).
+    pub load: fn(std::sync::Arc<SplitGguf>) -> Result<Box<dyn Model>>,
 }
 
 inventory::collect!(Architecture);
@@ -32,7 +34,7 @@ pub fn lookup(name: &str) -> Result<&'static Architecture> {
 }
 
 /// Loads the model in `file`, dispatching on `general.architecture`.
-pub fn load(file: std::sync::Arc<GgufFile>) -> Result<Box<dyn Model>> {
+pub fn load(file: std::sync::Arc<SplitGguf>) -> Result<Box<dyn Model>> {
     let arch = match file.metadata().get("general.architecture") {
         None => return Err(Error::MissingKey("general.architecture".into())),
         Some(v) => v.as_str().ok_or_else(|| Error::BadKey {

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use gguf_format::GgufFile;
+use gguf_format::SplitGguf;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use quant_kernels::{matmul, matmul_expert, ops, Matrix, Pool, Repacked};
@@ -103,12 +103,12 @@ struct Layer {
     rope: Rope,
 }
 
-/// A loaded decoder-only transformer; weights stay in the file's mmap, except the
-/// matrices a kernel repacks at load (as llama.cpp does for the same types and shapes),
-/// which are read from the file straight into their new layout.
+/// A loaded decoder-only transformer; weights stay in the model's mmaps (one per shard of
+/// a split model), except the matrices a kernel repacks at load (as llama.cpp does for the
+/// same types and shapes), which are read from the file straight into their new layout.
 pub struct Transformer {
     arch: String,
-    file: Arc<GgufFile>,
+    file: Arc<SplitGguf>,
     hp: Hparams,
     spec: Spec,
     n_vocab: usize,
@@ -116,25 +116,26 @@ pub struct Transformer {
     output: TensorRef,
     output_norm: Vec<f32>,
     layers: Vec<Layer>,
-    /// Repacked matrices by the file offset of their data.
-    repacked: HashMap<usize, Repacked>,
+    /// Repacked matrices by the (shard, file offset) of their data.
+    repacked: HashMap<(usize, usize), Repacked>,
 }
 
-fn mat<'a>(file: &'a GgufFile, t: &TensorRef) -> Result<Matrix<'a>> {
-    Ok(Matrix::new(t.type_id, &file.bytes()[t.start..t.start + t.len], t.rows(), t.cols())?)
+fn mat<'a>(file: &'a SplitGguf, t: &TensorRef) -> Result<Matrix<'a>> {
+    Ok(Matrix::new(t.type_id, t.data(file), t.rows(), t.cols())?)
 }
 
-fn expert_mat<'a>(file: &'a GgufFile, t: &TensorRef, e: usize, n_expert: usize) -> Result<Matrix<'a>> {
+fn expert_mat<'a>(file: &'a SplitGguf, t: &TensorRef, e: usize, n_expert: usize) -> Result<Matrix<'a>> {
     let per = t.len / n_expert;
     let rows = t.dims[1] as usize;
-    let data = &file.bytes()[t.start + e * per..t.start + (e + 1) * per];
+    let data = &t.data(file)[e * per..(e + 1) * per];
     Ok(Matrix::new(t.type_id, data, rows, t.cols())?)
 }
 
 impl Transformer {
     /// Loads the weights described by `hp` and `spec` (tensor names as llama.cpp's
     /// `LLM_TENSOR_NAMES`).
-    pub fn load(file: Arc<GgufFile>, arch: &str, hp: Hparams, spec: Spec) -> Result<Transformer> {
+    /// `file` is a plain GGUF file or a shard set ([`SplitGguf::open`] opens either).
+    pub fn load(file: Arc<SplitGguf>, arch: &str, hp: Hparams, spec: Spec) -> Result<Transformer> {
         let ld = Loader::new(&file, arch);
         let e = hp.n_embd as u64;
         let tok =
@@ -245,16 +246,16 @@ impl Transformer {
 
 /// Repacks the dense weight matrices whose type and shape have a repacker on this CPU
 /// (llama.cpp: the weights of `MUL_MAT`, not `token_embd`, which its `GET_ROWS` reads —
-/// so a tied output stays as stored too). Their bytes are read from the file rather than
-/// through the mmap, so the original pages are never made resident.
+/// so a tied output stays as stored too). Their bytes are read from the (shard) file rather
+/// than through the mmap, so the original pages are never made resident.
 fn repack_weights(
-    file: &GgufFile,
+    file: &SplitGguf,
     tok_embd: &TensorRef,
     output: &TensorRef,
     layers: &[Layer],
-) -> Result<HashMap<usize, Repacked>> {
+) -> Result<HashMap<(usize, usize), Repacked>> {
     let mut ts: Vec<&TensorRef> = Vec::new();
-    if output.start != tok_embd.start {
+    if (output.shard, output.start) != (tok_embd.shard, tok_embd.start) {
         ts.push(output);
     }
     for l in layers {
@@ -266,33 +267,35 @@ fn repack_weights(
     let mut out = HashMap::new();
     let mut buf = Vec::new();
     for t in ts {
-        if out.contains_key(&t.start) || quant_kernels::registry::repacker_for(t.type_id, t.rows(), t.cols()).is_none()
+        if out.contains_key(&(t.shard, t.start))
+            || quant_kernels::registry::repacker_for(t.type_id, t.rows(), t.cols()).is_none()
         {
             continue;
         }
         read_tensor(file, t, &mut buf)?;
         let m = Matrix::new(t.type_id, &buf, t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))?;
         if let Some(r) = Repacked::new(&m) {
-            out.insert(t.start, r);
+            out.insert((t.shard, t.start), r);
         }
     }
     Ok(out)
 }
 
-/// The data bytes of `t`, read from the file (not through the mmap).
-fn read_tensor(file: &GgufFile, t: &TensorRef, buf: &mut Vec<u8>) -> Result<()> {
+/// The data bytes of `t`, read from the shard file holding it (not through the mmap).
+fn read_tensor(file: &SplitGguf, t: &TensorRef, buf: &mut Vec<u8>) -> Result<()> {
     buf.clear();
     buf.resize(t.len, 0);
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileExt;
-        let read = std::fs::File::open(file.path()).and_then(|f| f.read_exact_at(buf, t.start as u64));
+        let path = t.shard_file(file).path();
+        let read = std::fs::File::open(path).and_then(|f| f.read_exact_at(buf, t.start as u64));
         if let Err(source) = read {
             return Err(Error::Read { name: t.name.clone(), source });
         }
     }
     #[cfg(not(unix))]
-    buf.copy_from_slice(&file.bytes()[t.start..t.start + t.len]);
+    buf.copy_from_slice(t.data(file));
     Ok(())
 }
 
@@ -627,7 +630,7 @@ impl Transformer {
             o.matmul(&t.name, x, n);
         }
         let pool = &st.pool;
-        let m = match self.repacked.get(&t.start) {
+        let m = match self.repacked.get(&(t.shard, t.start)) {
             Some(r) => r.matrix(),
             None => mat(&self.file, t)?,
         };
@@ -974,5 +977,46 @@ impl Model for Transformer {
             out.extend(self.run_ubatch(st, chunk, want)?);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gguf_format::split::{split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
+    use gguf_format::GgufWriter;
+
+    use super::*;
+
+    /// `read_tensor` (the repacking path's `pread`) finds each tensor in its own shard's
+    /// file at its shard-relative offset: the same bytes as the map.
+    #[test]
+    fn read_tensor_reads_from_the_holding_shard() {
+        let d = tempfile::tempdir().unwrap();
+        let prefix = d.path().join("m");
+        for no in 0..3u16 {
+            let mut w = GgufWriter::new();
+            w.add_kv(KEY_SPLIT_NO, no);
+            w.add_kv(KEY_SPLIT_COUNT, 3u16);
+            w.add_kv(KEY_SPLIT_TENSORS_COUNT, 6i32);
+            // Different sizes per shard, so equal offsets in two shards hold different data.
+            for j in 0..2u16 {
+                let id = no * 2 + j;
+                let data: Vec<u8> = (0..(8 + 4 * id as usize)).map(|k| (id as usize * 31 + k) as u8).collect();
+                w.add_tensor_owned(&format!("t{id}"), &[data.len() as u64], 24, data).unwrap();
+            }
+            w.write_to_path(split_path(&prefix, no as u32, 3)).unwrap();
+        }
+        let m = SplitGguf::open(split_path(&prefix, 1, 3)).unwrap();
+        let ld = Loader::new(&m, "x");
+        let mut buf = Vec::new();
+        for id in 0..6usize {
+            let name = format!("t{id}");
+            let t = ld.tensor(&name, &[8 + 4 * id as u64]).unwrap();
+            assert_eq!(t.shard, id / 2);
+            read_tensor(&m, &t, &mut buf).unwrap();
+            assert_eq!(buf, t.data(&m));
+            assert_eq!(buf, m.tensor_data_by_name(&name).unwrap());
+            assert_eq!(buf[0], (id * 31) as u8);
+        }
     }
 }

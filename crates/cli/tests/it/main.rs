@@ -2,6 +2,7 @@
 
 mod engine;
 mod split;
+mod split_model;
 mod workflow;
 
 use std::path::{Path, PathBuf};

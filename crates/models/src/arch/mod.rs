@@ -9,7 +9,7 @@ mod qwen3moe;
 
 use std::sync::Arc;
 
-use gguf_format::GgufFile;
+use gguf_format::SplitGguf;
 
 use crate::hparams::Hparams;
 use crate::loader::Loader;
@@ -36,7 +36,7 @@ pub(crate) fn base_spec(ld: &Loader<'_>, rope_mode: RopeMode) -> Result<Spec> {
 
 /// Reads the common hyperparameters, lets `tweak` adjust the spec, loads the weights.
 pub(crate) fn load_with(
-    file: Arc<GgufFile>,
+    file: Arc<SplitGguf>,
     arch: &'static str,
     rope_mode: RopeMode,
     tweak: impl FnOnce(&Loader<'_>, &Hparams, &mut Spec) -> Result<()>,

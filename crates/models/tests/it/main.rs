@@ -2,10 +2,12 @@
 //! writer: incremental decoding equals batch evaluation, every architecture loads,
 //! third-party architectures register, bad files give clear errors.
 
+mod split;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gguf_format::{GgufFile, GgufWriter, Value};
+use gguf_format::{GgufFile, GgufWriter, SplitGguf, Value};
 use models::synthetic::{write, Tiny};
 use models::{Logits, Model, StateOptions};
 
@@ -128,7 +130,7 @@ fn context_overflow_and_bad_token_are_errors() {
 models::inventory::submit! {
     models::Architecture {
         name: "toy-llama",
-        load: |file: Arc<GgufFile>| {
+        load: |file: Arc<SplitGguf>| {
             let ld = models::loader::Loader::new(&file, "toy-llama");
             let hp = models::hparams::Hparams::read(&ld)?;
             let spec = models::transformer::Spec {
