@@ -6,6 +6,7 @@ pub mod engine;
 pub mod fetch;
 pub mod imatrix;
 pub mod inspect;
+pub mod mem;
 pub mod perplexity;
 pub mod quantize;
 pub mod split;

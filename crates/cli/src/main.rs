@@ -71,6 +71,8 @@ enum Command {
     Quantize(gguf_cli::quantize::QuantizeArgs),
     /// Compute an importance matrix over a text, like llama-imatrix.
     Imatrix(gguf_cli::imatrix::ImatrixArgs),
+    /// Memory needed to run a model at a context: weights, KV cache, compute buffers.
+    Mem(gguf_cli::mem::MemArgs),
     /// Perplexity and KL divergence over a text, like llama-perplexity.
     Perplexity(gguf_cli::perplexity::PerplexityArgs),
     /// Render a conversation (JSON messages) with the file's chat template.
@@ -146,6 +148,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Logits(a) => engine::logits(&a),
         Command::Bench(a) => engine::bench(&a),
         Command::Imatrix(a) => gguf_cli::imatrix::run(&a),
+        Command::Mem(a) => gguf_cli::mem::run(&a),
         Command::Perplexity(a) => gguf_cli::perplexity::run(&a),
         Command::Quantize(a) => gguf_cli::quantize::run(&a, &engine::INTERRUPTED),
         Command::Types => {

@@ -132,3 +132,23 @@ fn perplexity_and_kl_divergence_against_itself() {
     // Too short a text for the context.
     assert_fails(&gguf(&["perplexity", "-m", m, "-f", t, "-c", "4096"]), "you need at least");
 }
+
+#[test]
+fn mem_counts_weights_and_kv_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path());
+    let m = m.to_str().unwrap();
+    let j = |args: &[&str]| -> serde_json::Value {
+        let o = gguf(args);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        serde_json::from_str(o.stdout.trim()).unwrap()
+    };
+    // 2 layers × 512 positions × (2 KV heads × 16) × (K + V) × 2 bytes.
+    let v = j(&["mem", "-m", m, "-c", "512", "--json"]);
+    assert_eq!(v["kv_bytes"], 2 * 512 * 32 * 2 * 2);
+    let q8 = j(&["mem", "-m", m, "-c", "512", "-k", "q8_0", "--cache-type-v", "q8_0", "--json"]);
+    assert_eq!(q8["kv_bytes"], 2 * 512 * 34 * 2);
+    let weights: u64 = GgufFile::open(m).unwrap().tensors().iter().map(|t| t.size.unwrap()).sum();
+    assert_eq!(v["weights_bytes"], weights);
+    assert_clean_error(&gguf(&["mem", "-m", m, "-k", "q4_0"]), "unsupported cache type");
+}

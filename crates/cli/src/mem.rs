@@ -1,0 +1,119 @@
+//! `gguf mem`: what running a model at a context costs in memory — weights, KV cache and
+//! compute buffers — without loading it. Two views: the allocation llama.cpp would make
+//! (all weights, the whole KV cache) and this engine's expected peak RSS (weights it
+//! actually touches — an untied `token_embd` is read a row per token — the KV cache, and
+//! its working buffers: logits, activation scratch, tokenizer tables).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use gguf_format::{SplitGguf, Value};
+
+/// Arguments of `gguf mem`.
+#[derive(Args, Debug)]
+pub struct MemArgs {
+    /// The model (any shard of a split model).
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// Context size in tokens (0 = the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx: u64,
+    /// Parallel sequences (each with its own context).
+    #[arg(long = "parallel", visible_alias = "np", default_value_t = 1)]
+    pub parallel: u64,
+    /// K cache type: f16, f32 or q8_0.
+    #[arg(long = "cache-type-k", short = 'k', default_value = "f16")]
+    pub cache_type_k: String,
+    /// V cache type: f16, f32 or q8_0.
+    #[arg(long = "cache-type-v", default_value = "f16")]
+    pub cache_type_v: String,
+    /// Tokens evaluated at once.
+    #[arg(long = "ubatch-size", short = 'u', default_value_t = 512)]
+    pub ubatch: u64,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Bytes of one cache element row of `n` values.
+fn cache_bytes(t: &str, n: u64) -> Result<u64> {
+    Ok(match t {
+        "f16" => 2 * n,
+        "f32" => 4 * n,
+        "q8_0" => n.div_ceil(32) * 34,
+        _ => bail!("unsupported cache type {t:?} (f16, f32 or q8_0)"),
+    })
+}
+
+/// The estimate, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// All tensor data.
+    pub weights: u64,
+    /// Tensor data this engine keeps resident.
+    pub weights_resident: u64,
+    /// KV cache.
+    pub kv: u64,
+    /// Working buffers.
+    pub compute: u64,
+}
+
+/// Computes the estimate for `a`.
+pub fn estimate(file: &SplitGguf, a: &MemArgs) -> Result<(Estimate, u64)> {
+    let md = file.metadata();
+    let arch = md.get_str("general.architecture").context("no general.architecture")?;
+    let u = |k: &str| -> Option<u64> {
+        match md.get(&format!("{arch}.{k}"))? {
+            Value::Array(x) => x.get(0).and_then(|v| v.as_u64()),
+            v => v.as_u64(),
+        }
+    };
+    let n_layer = u("block_count").context("no block_count")?;
+    let n_embd = u("embedding_length").context("no embedding_length")?;
+    let n_head = u("attention.head_count").context("no attention.head_count")?.max(1);
+    let n_head_kv = u("attention.head_count_kv").unwrap_or(n_head);
+    let head_k = u("attention.key_length").unwrap_or(n_embd / n_head);
+    let head_v = u("attention.value_length").unwrap_or(n_embd / n_head);
+    let n_ff = u("feed_forward_length").unwrap_or(4 * n_embd);
+    let n_ctx = if a.ctx == 0 { u("context_length").unwrap_or(4096) } else { a.ctx };
+    let n_vocab = md.get_array("tokenizer.ggml.tokens").map_or(0, |t| t.len() as u64);
+    let weights: u64 = file.tensors().iter().map(|t| t.size.unwrap_or(0)).sum();
+    let tied = file.tensor("output.weight").is_none();
+    let embd = file.tensor("token_embd.weight").and_then(|t| t.size).unwrap_or(0);
+    let weights_resident = if tied { weights } else { weights - embd };
+    let per_token =
+        cache_bytes(&a.cache_type_k, n_head_kv * head_k)? + cache_bytes(&a.cache_type_v, n_head_kv * head_v)?;
+    let kv = n_layer * n_ctx * per_token * a.parallel.max(1);
+    // Working buffers, fitted on this engine's measured peak RSS (SmolLM2-135M,
+    // qwen2.5-coder-0.5b, gemma-3-270m at -c 512; BENCHMARKS.md): 8 MiB of runtime, the
+    // tokenizer's tables (≈ 12× the metadata bytes) and one ubatch of FFN-wide scratch.
+    let ub = a.ubatch.min(n_ctx).max(1);
+    let metadata_bytes = file.first().data_offset();
+    let compute = (8 << 20) + 12 * metadata_bytes + ub * (n_ff + 2 * n_embd) * 4 + n_vocab * 4;
+    Ok((Estimate { weights, weights_resident, kv, compute }, n_ctx))
+}
+
+/// Runs `gguf mem`.
+pub fn run(a: &MemArgs) -> Result<()> {
+    let file = SplitGguf::open(&a.model).with_context(|| format!("reading {}", a.model.display()))?;
+    let (e, n_ctx) = estimate(&file, a)?;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let total = e.weights_resident + e.kv + e.compute;
+    let alloc = e.weights + e.kv + e.compute;
+    if a.json {
+        let j = serde_json::json!({
+            "n_ctx": n_ctx, "parallel": a.parallel, "cache_type_k": a.cache_type_k, "cache_type_v": a.cache_type_v,
+            "weights_bytes": e.weights, "weights_resident_bytes": e.weights_resident, "kv_bytes": e.kv,
+            "compute_bytes": e.compute, "peak_rss_bytes": total, "allocated_bytes": alloc,
+        });
+        println!("{j}");
+        return Ok(());
+    }
+    println!("{} at -c {n_ctx} (x{} seq), K {} / V {}:", a.model.display(), a.parallel, a.cache_type_k, a.cache_type_v);
+    println!("  weights   {:10.1} MiB  ({:.1} MiB resident here)", mib(e.weights), mib(e.weights_resident));
+    println!("  KV cache  {:10.1} MiB", mib(e.kv));
+    println!("  compute   {:10.1} MiB", mib(e.compute));
+    println!("  total     {:10.1} MiB allocated, {:.1} MiB expected peak RSS (CPU)", mib(alloc), mib(total));
+    Ok(())
+}
