@@ -1,6 +1,7 @@
 //! Library side of the `gguf` command: the model cache and fetcher shared with `xtask`,
 //! and the `inspect` rendering (so tests can call it without a process).
 
+pub mod advise;
 pub mod chat;
 pub mod engine;
 pub mod fetch;
@@ -10,6 +11,7 @@ pub mod mem;
 pub mod perplexity;
 pub mod quantize;
 pub mod split;
+pub mod task_check;
 pub mod tokenize;
 
 /// Writes `bytes` to `path` atomically: a temporary in the same directory, synced, then

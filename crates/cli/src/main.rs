@@ -73,6 +73,10 @@ enum Command {
     Imatrix(gguf_cli::imatrix::ImatrixArgs),
     /// Memory needed to run a model at a context: weights, KV cache, compute buffers.
     Mem(gguf_cli::mem::MemArgs),
+    /// Which recipe fits a memory budget best: quantize, measure KL / top-1 / PPL, rank.
+    Advise(gguf_cli::advise::AdviseArgs),
+    /// Rate of answers passing a check (valid JSON, a regex) for several models side by side.
+    TaskCheck(gguf_cli::task_check::TaskCheckArgs),
     /// Perplexity and KL divergence over a text, like llama-perplexity.
     Perplexity(gguf_cli::perplexity::PerplexityArgs),
     /// Render a conversation (JSON messages) with the file's chat template.
@@ -149,6 +153,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(a) => engine::bench(&a),
         Command::Imatrix(a) => gguf_cli::imatrix::run(&a),
         Command::Mem(a) => gguf_cli::mem::run(&a),
+        Command::Advise(a) => gguf_cli::advise::run(&a),
+        Command::TaskCheck(a) => gguf_cli::task_check::run(&a),
         Command::Perplexity(a) => gguf_cli::perplexity::run(&a),
         Command::Quantize(a) => gguf_cli::quantize::run(&a, &engine::INTERRUPTED),
         Command::Types => {

@@ -49,7 +49,7 @@ fn nearest_int(f: f32) -> i32 {
 }
 
 /// max, Σ exp(l − max) in f64 with f32 `expf` terms, as perplexity.cpp.
-fn max_sum_exp(logits: &[f32]) -> (f32, usize, f64) {
+pub(crate) fn max_sum_exp(logits: &[f32]) -> (f32, usize, f64) {
     let mut max = logits[0];
     let mut imax = 0;
     for (i, &l) in logits.iter().enumerate().skip(1) {
@@ -63,13 +63,13 @@ fn max_sum_exp(logits: &[f32]) -> (f32, usize, f64) {
 }
 
 /// Row stride of the base file in u16s: the log-probs padded to even + 4 (scale, min).
-fn nv(n_vocab: usize) -> usize {
+pub(crate) fn nv(n_vocab: usize) -> usize {
     2 * n_vocab.div_ceil(2) + 4
 }
 
 /// Encodes one position's log-probabilities (perplexity.cpp's `log_softmax` with a
 /// `log_prob` output); returns its negative log-likelihood of `tok`.
-fn encode_log_probs(logits: &[f32], out: &mut [u16], tok: usize) -> f64 {
+pub(crate) fn encode_log_probs(logits: &[f32], out: &mut [u16], tok: usize) -> f64 {
     let mut min = logits[0];
     for &l in &logits[1..] {
         min = min.min(l);
@@ -98,24 +98,24 @@ fn encode_log_probs(logits: &[f32], out: &mut [u16], tok: usize) -> f64 {
 }
 
 #[derive(Default)]
-struct Kld {
-    sum_nll: f64,
-    sum_nll2: f64,
-    sum_nll_base: f64,
-    sum_nll_base2: f64,
-    sum_nll_nll_base: f64,
-    sum_kld: f64,
-    sum_kld2: f64,
-    sum_p_diff: f64,
-    sum_p_diff2: f64,
-    sum_p_diff4: f64,
-    max_p_diff: f32,
-    n_same_top: usize,
-    count: usize,
+pub(crate) struct Kld {
+    pub(crate) sum_nll: f64,
+    pub(crate) sum_nll2: f64,
+    pub(crate) sum_nll_base: f64,
+    pub(crate) sum_nll_base2: f64,
+    pub(crate) sum_nll_nll_base: f64,
+    pub(crate) sum_kld: f64,
+    pub(crate) sum_kld2: f64,
+    pub(crate) sum_p_diff: f64,
+    pub(crate) sum_p_diff2: f64,
+    pub(crate) sum_p_diff4: f64,
+    pub(crate) max_p_diff: f32,
+    pub(crate) n_same_top: usize,
+    pub(crate) count: usize,
 }
 
 /// One position of the KL mode (perplexity.cpp's `log_softmax` against a base row).
-fn kld_one(logits: &[f32], base: &[u16], tok: usize, k: &mut Kld) -> (f64, f32) {
+pub(crate) fn kld_one(logits: &[f32], base: &[u16], tok: usize, k: &mut Kld) -> (f64, f32) {
     let (mut max, imax, sum_exp) = max_sum_exp(logits);
     let log_sum_exp = sum_exp.ln() as f32;
     let f = |i: usize| {
@@ -161,7 +161,7 @@ fn kld_one(logits: &[f32], base: &[u16], tok: usize, k: &mut Kld) -> (f64, f32) 
     (sum, p_diff)
 }
 
-fn mean_unc(sum: f64, sum2: f64, n: usize) -> (f64, f64) {
+pub(crate) fn mean_unc(sum: f64, sum2: f64, n: usize) -> (f64, f64) {
     if n < 1 {
         return (0.0, 0.0);
     }

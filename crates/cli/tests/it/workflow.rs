@@ -152,3 +152,46 @@ fn mem_counts_weights_and_kv_cache() {
     assert_eq!(v["weights_bytes"], weights);
     assert_clean_error(&gguf(&["mem", "-m", m, "-k", "q4_0"]), "unsupported cache type");
 }
+
+#[test]
+fn advise_ranks_fitting_recipes_and_refuses_a_budget_nothing_fits() {
+    let d = tempfile::tempdir().unwrap();
+    let (m, t) = (tiny(d.path()), text(d.path()));
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let args =
+        ["advise", "-m", m, "-f", t, "--eval-ctx", "32", "--chunks", "2", "-c", "64", "-t", "2", "--allow-requantize"];
+    let run = |extra: &[&str]| gguf(&[&args[..], extra].concat());
+    let o = run(&["--budget", "1GiB", "--recipes", "Q8_0,Q4_0", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    let recipes = v["recipes"].as_array().unwrap();
+    assert_eq!(recipes.len(), 2);
+    assert!(recipes.iter().all(|r| r["fits"] == true && r["mean_kld"].as_f64().unwrap() >= -1e-6));
+    assert_eq!(recipes.iter().filter(|r| r["best"] == true).count(), 1);
+    // Run to run, the table is the same.
+    let again: serde_json::Value =
+        serde_json::from_str(run(&["--budget", "1GiB", "--recipes", "Q8_0,Q4_0", "--json"]).stdout.trim()).unwrap();
+    assert_eq!(v, again);
+    assert_fails(&run(&["--budget", "1KiB", "--recipes", "Q8_0"]), "nothing fits");
+    assert_clean_error(&run(&["--budget", "1XB"]), "unknown unit");
+    assert_eq!(names(d.path()), ["text.txt", "tiny.gguf"], "no quantized files left behind");
+}
+
+#[test]
+fn task_check_counts_passing_answers() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path());
+    let p = d.path().join("prompts.txt");
+    std::fs::write(&p, "say something\n\nanything at all\n").unwrap();
+    let (m, p) = (m.to_str().unwrap(), p.to_str().unwrap());
+    let o = gguf(&["task-check", "-m", m, "-m", m, "--task", "regex:^", "--prompts", p, "-n", "4", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!((r["passed"].as_u64(), r["total"].as_u64()), (Some(2), Some(2)), "{v}");
+    }
+    let o =
+        gguf(&["task-check", "-m", m, "--task", "regex:\\A\\z\\Qnever", "--prompts", p, "-n", "4", "--raw", "--json"]);
+    assert_ne!(o.code, 0, "a bad regex is refused");
+    assert_clean_error(&gguf(&["task-check", "-m", m, "--task", "xml", "--prompts", p]), "unknown task");
+}
