@@ -275,15 +275,7 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
             );
             tokens.drain(..a.skip_chunks * n_ctx);
         }
-        ensure!(
-            tokens.len() >= 2 * n_ctx,
-            "you need at least {} tokens for a context of {n_ctx}; {} tokenizes to only {}",
-            2 * n_ctx,
-            file.display(),
-            tokens.len()
-        );
-        let max = tokens.len() / n_ctx;
-        let n_chunk = if a.chunks < 0 { max } else { (a.chunks as usize).min(max) };
+        let n_chunk = crate::perplexity::chunk_count(tokens.len(), n_ctx, a.chunks, file)?;
         // llama-imatrix puts n_seq = b / c chunks in one batch; its ubatches (of
         // --ubatch-size tokens) take an equal share of each sequence in turn, so every
         // weight sees chunk 0's first share, chunk 1's first share, … Evaluating the
@@ -336,10 +328,7 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
                 }
                 let chunk = &tokens[(i + s) * n_ctx..(i + s + 1) * n_ctx];
                 for p in n_ctx / 2..n_ctx - 1 {
-                    let row = &lg[p * n_vocab..(p + 1) * n_vocab];
-                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let sum: f64 = row.iter().map(|&v| (v - max).exp() as f64).sum();
-                    let v = -((row[chunk[p + 1] as usize] - max) as f64 - sum.ln());
+                    let v = crate::perplexity::nll_of(&lg[p * n_vocab..(p + 1) * n_vocab], chunk[p + 1] as usize);
                     nll += v;
                     nll2 += v * v;
                     count += 1;

@@ -62,6 +62,26 @@ pub(crate) fn max_sum_exp(logits: &[f32]) -> (f32, usize, f64) {
     (max, imax, sum)
 }
 
+/// The negative log-likelihood of `tok` under `logits` (perplexity.cpp's `log_softmax`).
+pub(crate) fn nll_of(logits: &[f32], tok: usize) -> f64 {
+    let (max, _, sum) = max_sum_exp(logits);
+    -((logits[tok] - max) as f64 - sum.ln())
+}
+
+/// How many `n_ctx` chunks of `n_tokens` to score (`chunks` < 0: all), refusing a text
+/// shorter than two chunks as llama-perplexity and llama-imatrix do.
+pub(crate) fn chunk_count(n_tokens: usize, n_ctx: usize, chunks: i64, file: &std::path::Path) -> Result<usize> {
+    if n_tokens < 2 * n_ctx {
+        bail!(
+            "you need at least {} tokens to evaluate a context of {n_ctx}; {} tokenizes to only {n_tokens}",
+            2 * n_ctx,
+            file.display()
+        );
+    }
+    let max = n_tokens / n_ctx;
+    Ok(if chunks < 0 { max } else { (chunks as usize).min(max) })
+}
+
 /// Row stride of the base file in u16s: the log-probs padded to even + 4 (scale, min).
 pub(crate) fn nv(n_vocab: usize) -> usize {
     2 * n_vocab.div_ceil(2) + 4
@@ -247,16 +267,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         eprintln!("tokenization took {:.1} ms ({} tokens)", t0.elapsed().as_secs_f64() * 1e3, toks.len());
         let n_ctx = a.model.ctx_size.unwrap_or(512);
         ensure!(n_ctx >= 4, "perplexity needs --ctx-size of at least 4");
-        if toks.len() < 2 * n_ctx {
-            bail!(
-                "you need at least {} tokens to evaluate perplexity with a context of {n_ctx}; {} tokenizes to only {}",
-                2 * n_ctx,
-                f.display(),
-                toks.len()
-            );
-        }
-        let max = toks.len() / n_ctx;
-        let n_chunk = if a.chunks < 0 { max } else { (a.chunks as usize).min(max) };
+        let n_chunk = chunk_count(toks.len(), n_ctx, a.chunks, f)?;
         (n_ctx, toks, n_chunk)
     };
     let n_chunk = if a.kl && a.chunks >= 0 { n_chunk.min(a.chunks as usize) } else { n_chunk };
@@ -351,8 +362,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
                 let v = if base_out.is_some() {
                     encode_log_probs(row(p), &mut row_u16[k * stride..(k + 1) * stride], tok)
                 } else {
-                    let (max, _, sum) = max_sum_exp(row(p));
-                    -((row(p)[tok] - max) as f64 - sum.ln())
+                    nll_of(row(p), tok)
                 };
                 nll += v;
                 nll2 += v * v;
