@@ -281,7 +281,6 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
         // weight sees chunk 0's first share, chunk 1's first share, … Evaluating the
         // chunks' shares in that order on one state per chunk reproduces the sums.
         let n_seq = (a.batch / n_ctx).max(1);
-        let share = (a.model.ubatch / n_seq).clamp(1, n_ctx);
         let mut states = Vec::new();
         for _ in 0..n_seq.min(n_chunk.max(1)) {
             let mut st = engine::state_with_ctx(&l, &a.model, n_ctx)?;
@@ -305,6 +304,8 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
                 states[s].truncate(0);
             }
             let mut logits: Vec<Vec<f32>> = vec![Vec::new(); group];
+            // llama.cpp's split_equal: as many tokens of each sequence as fit n_ubatch.
+            let share = (a.model.ubatch / group).clamp(1, n_ctx);
             for off in (0..n_ctx).step_by(share) {
                 if engine::INTERRUPTED.load(Ordering::Relaxed) {
                     bail!("interrupted; no imatrix written");
