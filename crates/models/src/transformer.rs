@@ -874,9 +874,23 @@ impl Transformer {
                 xs.extend_from_slice(&h[t * e..(t + 1) * e]);
             }
             let m = toks.len();
+            // The observer sees the rows in llama.cpp's MUL_MAT_ID order: by slot, then token.
+            let order: Vec<usize> = match &st.observer {
+                Some(_) => {
+                    let mut v: Vec<usize> = (0..m).collect();
+                    v.sort_by_key(|&r| (toks[r].0 % k, toks[r].0 / k));
+                    v
+                }
+                None => Vec::new(),
+            };
+            let reorder = |rows: &[f32]| -> Vec<f32> {
+                let w = rows.len() / m;
+                order.iter().flat_map(|&r| rows[r * w..(r + 1) * w].iter().copied()).collect()
+            };
             if let Some(o) = &st.observer {
-                o.expert_matmul(&gate.name, ex, ne, &xs, m);
-                o.expert_matmul(&up.name, ex, ne, &xs, m);
+                let x = reorder(&xs);
+                o.expert_matmul(&gate.name, ex, ne, &x, m);
+                o.expert_matmul(&up.name, ex, ne, &x, m);
             }
             let gm = expert_mat(&self.file, gate, ex, ne)?;
             g.resize(m * gm.rows(), 0.0);
@@ -886,7 +900,7 @@ impl Transformer {
             matmul_expert(&st.pool, &um, &xs, m, &mut u)?;
             self.activate(&mut g, &u);
             if let Some(o) = &st.observer {
-                o.expert_matmul(&down.name, ex, ne, &g, m);
+                o.expert_matmul(&down.name, ex, ne, &reorder(&g), m);
             }
             let dm = expert_mat(&self.file, down, ex, ne)?;
             d.resize(m * e, 0.0);
