@@ -65,10 +65,26 @@ struct Stats {
     counts: Vec<i64>,
 }
 
+/// One expert product held back until its ubatch is complete (see [`Collector::flush`]).
+struct Pending {
+    name: String,
+    expert: usize,
+    n_expert: usize,
+    seq: usize,
+    slots: Vec<usize>,
+    x: Vec<f32>,
+}
+
 struct Collector {
     stats: Mutex<BTreeMap<String, Stats>>,
     process_output: bool,
     error: Mutex<Option<String>>,
+    /// The sequence being evaluated within the current llama.cpp ubatch, and whether
+    /// expert rows are held back until the ubatch is complete.
+    seq: std::sync::atomic::AtomicUsize,
+    pending: Mutex<Vec<Pending>>,
+    /// Rows of the current llama.cpp ubatch (the < 16-row rule applies to it).
+    ubatch_rows: std::sync::atomic::AtomicUsize,
 }
 
 impl Collector {
@@ -82,7 +98,8 @@ impl Collector {
 
 impl Observer for Collector {
     fn matmul(&self, name: &str, x: &[f32], n: usize) {
-        if n < 16 || !self.wanted(name) || n == 0 {
+        let batch = self.ubatch_rows.load(Ordering::Relaxed).max(n);
+        if batch < 16 || !self.wanted(name) || n == 0 {
             return;
         }
         let cols = x.len() / n;
@@ -113,35 +130,67 @@ impl Observer for Collector {
         }
     }
 
-    fn expert_matmul(&self, name: &str, expert: usize, n_expert: usize, x: &[f32], n: usize) {
-        if n == 0 {
-            return;
+    fn expert_matmul(&self, name: &str, expert: usize, n_expert: usize, x: &[f32], slots: &[usize]) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.pending.lock().unwrap().push(Pending {
+            name: name.to_string(),
+            expert,
+            n_expert,
+            seq,
+            slots: slots.to_vec(),
+            x: x.to_vec(),
+        });
+    }
+}
+
+impl Collector {
+    /// Adds the held-back expert rows of one llama.cpp ubatch in `MUL_MAT_ID`'s order:
+    /// slot by slot, and within a slot the ubatch's tokens in order (sequence, then position).
+    fn flush(&self) {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap());
+        let mut groups: BTreeMap<(String, usize), Vec<&Pending>> = BTreeMap::new();
+        for p in &pending {
+            groups.entry((p.name.clone(), p.expert)).or_default().push(p);
         }
-        let cols = x.len() / n;
         let mut map = self.stats.lock().unwrap();
-        let e = map.entry(name.to_string()).or_default();
-        if e.counts.len() == 1 && n_expert > 1 {
-            let c = e.counts[0];
-            e.counts.resize(n_expert, c);
-        }
-        if e.values.is_empty() {
-            e.values = vec![0.0; cols * n_expert];
-            e.counts = vec![0; n_expert];
-        } else if e.values.len() != cols * n_expert || e.counts.len() != n_expert {
-            let msg = format!("inconsistent size for {name} ({} vs {})", e.values.len(), cols * n_expert);
-            drop(map);
-            return self.fail(msg);
-        }
-        let acc = &mut e.values[expert * cols..(expert + 1) * cols];
-        for row in x.chunks_exact(cols) {
-            for (a, &v) in acc.iter_mut().zip(row) {
-                *a += v * v;
+        for ((name, expert), mut calls) in groups {
+            calls.sort_by_key(|c| c.seq);
+            let n_expert = calls[0].n_expert;
+            let n: usize = calls.iter().map(|c| c.slots.len()).sum();
+            let Some(cols) = calls.iter().find(|c| !c.slots.is_empty()).map(|c| c.x.len() / c.slots.len()) else {
+                continue;
+            };
+            let e = map.entry(name.clone()).or_default();
+            if e.counts.len() == 1 && n_expert > 1 {
+                let c = e.counts[0];
+                e.counts.resize(n_expert, c);
             }
-        }
-        e.counts[expert] += n as i64;
-        if acc.iter().any(|v| !v.is_finite()) {
-            drop(map);
-            self.fail(format!("non-finite values detected in {name}"));
+            if e.values.is_empty() {
+                e.values = vec![0.0; cols * n_expert];
+                e.counts = vec![0; n_expert];
+            } else if e.values.len() != cols * n_expert || e.counts.len() != n_expert {
+                let msg = format!("inconsistent size for {name} ({} vs {})", e.values.len(), cols * n_expert);
+                drop(map);
+                return self.fail(msg);
+            }
+            let acc = &mut e.values[expert * cols..(expert + 1) * cols];
+            let max_slot = calls.iter().flat_map(|c| c.slots.iter().copied()).max().unwrap_or(0);
+            for slot in 0..=max_slot {
+                for c in &calls {
+                    for (r, row) in c.x.chunks_exact(cols).enumerate() {
+                        if c.slots[r] == slot {
+                            for (a, &v) in acc.iter_mut().zip(row) {
+                                *a += v * v;
+                            }
+                        }
+                    }
+                }
+            }
+            e.counts[expert] += n as i64;
+            if acc.iter().any(|v| !v.is_finite()) {
+                drop(map);
+                return self.fail(format!("non-finite values detected in {name}"));
+            }
         }
     }
 }
@@ -261,8 +310,14 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
     for f in &a.in_files {
         merge_in(&mut stats, &mut datasets, f, n_ctx as i64)?;
     }
-    let collector =
-        Arc::new(Collector { stats: Mutex::new(stats), process_output: a.process_output, error: Mutex::new(None) });
+    let collector = Arc::new(Collector {
+        stats: Mutex::new(stats),
+        process_output: a.process_output,
+        error: Mutex::new(None),
+        seq: Default::default(),
+        pending: Mutex::new(Vec::new()),
+        ubatch_rows: Default::default(),
+    });
     if let Some(file) = &a.file {
         let l = engine::load(&a.model)?;
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -311,12 +366,18 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
                     bail!("interrupted; no imatrix written");
                 }
                 let end = (off + share).min(n_ctx);
+                collector.ubatch_rows.store((end - off) * group, Ordering::Relaxed);
                 for s in 0..group {
+                    collector.seq.store(s, Ordering::Relaxed);
                     let out = l.model.forward(states[s].as_mut(), &inputs[s][off..end], logits_mode)?;
                     logits[s].extend_from_slice(&out);
                     if let Some(e) = collector.error.lock().unwrap().take() {
                         bail!(e);
                     }
+                }
+                collector.flush();
+                if let Some(e) = collector.error.lock().unwrap().take() {
+                    bail!(e);
                 }
             }
             if i == 0 {

@@ -47,8 +47,9 @@ pub trait Observer: Send + Sync {
     /// A dense product with the 2-D weight `name`.
     fn matmul(&self, name: &str, x: &[f32], n: usize);
     /// The rows routed to expert `expert` (of `n_expert`) of the stacked weight `name`
-    /// (`MUL_MAT_ID`); one row per (token, slot) that chose it.
-    fn expert_matmul(&self, name: &str, expert: usize, n_expert: usize, x: &[f32], n: usize);
+    /// (`MUL_MAT_ID`); one row per (token, slot) that chose it, in (slot, token) order,
+    /// `slots[r]` the top-k slot of row `r`.
+    fn expert_matmul(&self, name: &str, expert: usize, n_expert: usize, x: &[f32], slots: &[usize]);
 }
 
 /// Per-sequence mutable state (KV cache, scratch, thread pool).

@@ -887,10 +887,11 @@ impl Transformer {
                 let w = rows.len() / m;
                 order.iter().flat_map(|&r| rows[r * w..(r + 1) * w].iter().copied()).collect()
             };
+            let slots: Vec<usize> = order.iter().map(|&r| toks[r].0 % k).collect();
             if let Some(o) = &st.observer {
                 let x = reorder(&xs);
-                o.expert_matmul(&gate.name, ex, ne, &x, m);
-                o.expert_matmul(&up.name, ex, ne, &x, m);
+                o.expert_matmul(&gate.name, ex, ne, &x, &slots);
+                o.expert_matmul(&up.name, ex, ne, &x, &slots);
             }
             let gm = expert_mat(&self.file, gate, ex, ne)?;
             g.resize(m * gm.rows(), 0.0);
@@ -900,7 +901,7 @@ impl Transformer {
             matmul_expert(&st.pool, &um, &xs, m, &mut u)?;
             self.activate(&mut g, &u);
             if let Some(o) = &st.observer {
-                o.expert_matmul(&down.name, ex, ne, &reorder(&g), m);
+                o.expert_matmul(&down.name, ex, ne, &reorder(&g), &slots);
             }
             let dm = expert_mat(&self.file, down, ex, ne)?;
             d.resize(m * e, 0.0);
