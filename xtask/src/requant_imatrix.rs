@@ -79,7 +79,8 @@ pub const MXFP4_ALL: Requant = Requant {
     ],
 };
 
-fn run(cmd: &mut Command, what: &str) -> Result<()> {
+/// Runs `cmd`, failing with the last lines of its stderr.
+pub fn run(cmd: &mut Command, what: &str) -> Result<()> {
     let out = cmd.output().with_context(|| format!("running {what}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);

@@ -587,15 +587,7 @@ impl Sources {
     }
 }
 
-fn run_quiet(cmd: &mut Command, what: &str) -> Result<()> {
-    let out = cmd.output().with_context(|| format!("running {what}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        bail!("{what} failed ({}): {}", out.status, tail.into_iter().rev().collect::<Vec<_>>().join(" / "));
-    }
-    Ok(())
-}
+use crate::requant_imatrix::run as run_quiet;
 
 /// What one tool did in one case.
 struct Run {
