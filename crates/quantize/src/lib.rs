@@ -197,6 +197,8 @@ pub struct TensorPlan {
     pub size_out: u64,
     /// Output shard (`--keep-split`; else 0).
     pub shard: usize,
+    /// The imatrix entry `imatrix_name` is used when converting (present, right size).
+    pub use_imatrix: bool,
 }
 
 /// The whole plan: output metadata and every tensor in output order.
@@ -396,8 +398,10 @@ pub fn plan(file: &SplitGguf, params: &Params) -> Result<Plan> {
         for (d, &v) in ne.iter_mut().zip(&info.dims) {
             *d = v;
         }
-        let dims = info.dims[..n_dims(&info.dims).min(info.dims.len().max(1))].to_vec();
-        let dims = if dims.is_empty() { vec![1] } else { dims };
+        let mut dims = info.dims[..n_dims(&info.dims).min(info.dims.len())].to_vec();
+        if dims.is_empty() {
+            dims.push(1);
+        }
         n_elements += info.n_elements;
         let allows = rules::allows_quantization(
             &name,
@@ -467,6 +471,7 @@ pub fn plan(file: &SplitGguf, params: &Params) -> Result<Plan> {
                 return Err(Error::ImatrixRequired { tensor: name, type_name: to_t.name });
             }
         }
+        let mut use_imatrix = false;
         if to != info.type_id && !params.dry_run {
             check_convertible(&name, from_t, to_t, params.allow_requantize)?;
             let entry = imatrix.and_then(|im| im.entries.get(&info.name));
@@ -480,6 +485,7 @@ pub fn plan(file: &SplitGguf, params: &Params) -> Result<Plan> {
             if !usable && requires {
                 return Err(Error::ImatrixRequired { tensor: name, type_name: to_t.name });
             }
+            use_imatrix = usable;
         }
         out.push(TensorPlan {
             src,
@@ -494,6 +500,7 @@ pub fn plan(file: &SplitGguf, params: &Params) -> Result<Plan> {
             size_in,
             size_out,
             shard: shard_of(src),
+            use_imatrix,
         });
     }
     Ok(Plan { metadata: md, tensors: out, model, n_fallback, n_elements, needs_imatrix, n_split })
@@ -700,11 +707,8 @@ fn write_shard(
     for (index, tp) in plan.tensors.iter().enumerate().filter(|(_, t)| t.shard == shard) {
         let info = &file.tensors()[tp.src];
         let data = TensorReader::new(file, info)?;
-        let imatrix = params.imatrix.as_ref().and_then(|im| im.entries.get(&tp.imatrix_name)).filter(|e| {
-            let ne0 = info.dims.first().copied().unwrap_or(1);
-            let ne2 = info.dims.get(2).copied().unwrap_or(1);
-            e.len() as u64 == ne0 * ne2
-        });
+        let imatrix =
+            params.imatrix.as_ref().filter(|_| tp.use_imatrix).and_then(|im| im.entries.get(&tp.imatrix_name));
         let failure = &failure;
         let stream = move |sink: &mut dyn Write| -> io::Result<()> {
             let fail = |e: Error| {
