@@ -1,4 +1,4 @@
-//! [`Matrix`] (a borrowed, quantized weight matrix) and [`matmul`].
+//! [`Matrix`] (a borrowed, quantized weight matrix), [`matmul`] and [`matmul_rowwise`].
 
 use std::sync::Mutex;
 
@@ -191,15 +191,28 @@ pub fn matmul_expert(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y:
     matmul_imp(pool, w, x, n_tokens, y, true)
 }
 
-fn matmul_imp(
-    pool: &Pool,
-    w: &Matrix<'_>,
-    x: &[f32],
-    n_tokens: usize,
-    y: &mut [f32],
-    expert: bool,
-) -> Result<(), Error> {
+/// `y[t] = W · x[t]` for every t, each output row bitwise equal to what
+/// `matmul(pool, w, &x[t*cols..][..cols], 1, &mut y[t*rows..][..rows])` gives,
+/// whatever `n_tokens` is: a token's result never depends on the other tokens of the
+/// batch (a server's decode step for several sequences at once).
+pub fn matmul_rowwise(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
     let (rows, cols) = (w.rows, w.cols);
+    check_lengths(rows, cols, x, n_tokens, y)?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    if cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    for (xt, yt) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {
+        matmul_imp(pool, w, xt, 1, yt, false)?;
+    }
+    Ok(())
+}
+
+/// Checks `x` (`n_tokens × cols`) and `y` (`n_tokens × rows`).
+fn check_lengths(rows: usize, cols: usize, x: &[f32], n_tokens: usize, y: &[f32]) -> Result<(), Error> {
     let x_len = n_tokens.checked_mul(cols).ok_or(Error::Overflow { what: "activation length (n_tokens × cols)" })?;
     if x.len() != x_len {
         return Err(Error::SizeMismatch {
@@ -212,7 +225,20 @@ fn matmul_imp(
     if y.len() != y_len {
         return Err(Error::SizeMismatch { what: "output length (n_tokens × rows)", expected: y_len, found: y.len() });
     }
-    if y_len == 0 {
+    Ok(())
+}
+
+fn matmul_imp(
+    pool: &Pool,
+    w: &Matrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    expert: bool,
+) -> Result<(), Error> {
+    let (rows, cols) = (w.rows, w.cols);
+    check_lengths(rows, cols, x, n_tokens, y)?;
+    if y.is_empty() {
         return Ok(());
     }
     if cols == 0 {
