@@ -37,6 +37,7 @@ pub const TARGETS: &[&str] = &[
     "llama-tokenize",
     "llama-imatrix",
     "llama-gguf",
+    "llama-server",
     "test-quantize-fns",
 ];
 

@@ -191,6 +191,7 @@ pub(crate) fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Resu
         cache_type_k: CacheType::parse(&args.cache_type_k)?,
         cache_type_v: CacheType::parse(&args.cache_type_v)?,
         n_ubatch: args.ubatch,
+        pool: None,
     };
     if opts.n_threads == 0 {
         bail!("--threads must be at least 1");

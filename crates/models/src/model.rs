@@ -27,6 +27,9 @@ pub struct StateOptions {
     pub cache_type_v: CacheType,
     /// Largest number of tokens evaluated in one pass (llama.cpp's `n_ubatch`).
     pub n_ubatch: usize,
+    /// A worker pool to share with other states (the server's slots); `None` starts one
+    /// of `n_threads` for this state.
+    pub pool: Option<std::sync::Arc<quant_kernels::Pool>>,
 }
 
 impl Default for StateOptions {
@@ -37,6 +40,7 @@ impl Default for StateOptions {
             cache_type_k: CacheType::F16,
             cache_type_v: CacheType::F16,
             n_ubatch: 512,
+            pool: None,
         }
     }
 }
@@ -85,4 +89,22 @@ pub trait Model: Send + Sync {
     /// Appends `tokens` to the state's sequence and returns logits: `[n][n_vocab]` for
     /// [`Logits::All`], `[n_vocab]` for [`Logits::Last`], empty for [`Logits::None`].
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>>;
+    /// Appends each segment's tokens to its own state's sequence in one pass through the
+    /// weights (llama.cpp's `llama_batch` with one sequence id per state) and returns each
+    /// segment's logits as [`Model::forward`] would. Every segment's result is bitwise the
+    /// one `forward` gives for it alone: it does not depend on the other segments. The
+    /// default runs the segments one after another.
+    fn forward_batch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
+        segments.iter_mut().map(|s| self.forward(&mut *s.state, s.tokens, s.logits)).collect()
+    }
+}
+
+/// One sequence's share of a [`Model::forward_batch`].
+pub struct Segment<'a> {
+    /// The sequence's state (distinct per segment).
+    pub state: &'a mut dyn State,
+    /// Tokens to append.
+    pub tokens: &'a [u32],
+    /// Which logits to return.
+    pub logits: Logits,
 }

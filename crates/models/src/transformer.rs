@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use gguf_format::SplitGguf;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use quant_kernels::{matmul, matmul_expert, ops, Matrix, Pool, Repacked};
+use quant_kernels::{matmul, matmul_expert, matmul_rowwise, ops, Matrix, Pool, Repacked};
 
 use crate::hparams::Hparams;
 use crate::kv_cache::{CacheMatrix, CacheType, KvCache};
 use crate::loader::{Loader, TensorRef};
-use crate::model::{Logits, Model, State, StateOptions};
+use crate::model::{Logits, Model, Segment, State, StateOptions};
 use crate::rope::{Rope, RopeMode};
 use crate::{Error, Result};
 
@@ -575,7 +575,7 @@ pub struct TransformerState {
     kv: KvCache,
     n_past: usize,
     n_ubatch: usize,
-    pool: Pool,
+    pool: Arc<Pool>,
     observer: Option<std::sync::Arc<dyn crate::model::Observer>>,
 }
 
@@ -624,18 +624,54 @@ fn rms_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut Vec<f32>) {
     }
 }
 
+/// How the rows of one batch pass are laid out: the single-token segments' rows first
+/// (`0..n_single`, one per segment), then each multi-token segment's rows contiguously.
+/// Products over the single rows use [`matmul_rowwise`] (each row's arithmetic that of a
+/// one-token product), every multi-token segment gets a product of its own: so each row's
+/// result is the one its sequence would get alone.
+struct Rows {
+    n_single: usize,
+    multi: Vec<(usize, usize)>,
+    n: usize,
+}
+
+/// The part of a batch pass one sequence contributes.
+struct Part<'s> {
+    st: &'s mut TransformerState,
+    tokens: &'s [u32],
+    logits: Logits,
+    row0: usize,
+    p0: usize,
+}
+
+/// Pool and observer of a batch pass.
+struct Ctx<'a> {
+    pool: &'a Pool,
+    observer: Option<&'a Arc<dyn crate::model::Observer>>,
+}
+
 impl Transformer {
-    fn mm(&self, st: &TransformerState, t: &TensorRef, x: &[f32], n: usize, y: &mut Vec<f32>) -> Result<()> {
-        if let Some(o) = &st.observer {
-            o.matmul(&t.name, x, n);
+    fn weight(&self, t: &TensorRef) -> Result<Matrix<'_>> {
+        match self.repacked.get(&(t.shard, t.start)) {
+            Some(r) => Ok(r.matrix()),
+            None => mat(&self.file, t),
         }
-        let pool = &st.pool;
-        let m = match self.repacked.get(&(t.shard, t.start)) {
-            Some(r) => r.matrix(),
-            None => mat(&self.file, t)?,
-        };
-        y.resize(n * m.rows(), 0.0);
-        matmul(pool, &m, x, n, y)?;
+    }
+
+    fn mm(&self, cx: &Ctx<'_>, t: &TensorRef, x: &[f32], rows: &Rows, y: &mut Vec<f32>) -> Result<()> {
+        if let Some(o) = cx.observer {
+            o.matmul(&t.name, x, rows.n);
+        }
+        let m = self.weight(t)?;
+        let (c, r) = (m.cols(), m.rows());
+        y.resize(rows.n * r, 0.0);
+        if rows.n_single > 0 {
+            let ns = rows.n_single;
+            matmul_rowwise(cx.pool, &m, &x[..ns * c], ns, &mut y[..ns * r])?;
+        }
+        for &(r0, n) in &rows.multi {
+            matmul(cx.pool, &m, &x[r0 * c..(r0 + n) * c], n, &mut y[r0 * r..(r0 + n) * r])?;
+        }
         Ok(())
     }
 
@@ -646,27 +682,116 @@ impl Transformer {
         }
     }
 
-    /// One ubatch: `tokens` at positions `st.n_past..`; returns the final hidden states
-    /// (after the output norm) of the rows in `keep`.
-    fn run_ubatch(&self, st: &mut TransformerState, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+    /// Attention of one sequence's `n` query rows `q` (at positions `p0..p0 + n`) over
+    /// layer `il` of its cache, into `o`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        pool: &Pool,
+        kv: &KvCache,
+        il: usize,
+        q: &[f32],
+        n: usize,
+        p0: usize,
+        scale: f32,
+        o: &mut [f32],
+    ) {
         let hp = &self.hp;
-        let (n, e) = (tokens.len(), hp.n_embd);
-        let p0 = st.n_past;
-        // Embeddings.
-        let mut x = vec![0.0f32; n * e];
-        let emb = mat(&self.file, &self.tok_embd)?;
-        for (t, &id) in tokens.iter().enumerate() {
-            if id as usize >= self.n_vocab {
-                return Err(Error::TokenOutOfRange { id, n_vocab: self.n_vocab });
+        let (nh, nkv, hk, hv) = (hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v);
+        let group = nh / nkv;
+        let layer = &self.layers[il];
+        let (kc, vc) = (&kv.k[il], &kv.v[il]);
+        let window = if layer.swa { self.spec.swa.as_ref().map(|s| s.window) } else { None };
+        // llama.cpp's CPU flash attention (its default) takes two paths: batches of 64
+        // or more query rows use f32 tiles; smaller ones (decode) round q to f16 and
+        // accumulate V in f16 with an online softmax, splitting a single query over
+        // the threads once the (256-padded) KV length reaches 512. We follow both, so
+        // logits track llama.cpp's own rounding.
+        let f16_kv = kc.cache_type() == CacheType::F16 && vc.cache_type() == CacheType::F16;
+        let f16_path = n < 64 && f16_kv;
+        let tiled = n >= 64 && f16_kv;
+        let n_ctx = kv.n_ctx;
+        let n_kv_of = |pos: usize| n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+        let nth = pool.n_threads();
+        let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
+        if tiled {
+            // one task per (head, tile of 64 query rows): each K/V tile is converted once
+            let n_qt = n.div_ceil(TILE);
+            pool.for_each(nh * n_qt, &|i| {
+                let (head, qt) = (i % nh, i / nh);
+                let rows = qt * TILE..(qt * TILE + TILE).min(n);
+                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
+                attend_tiled(kc, vc, &geo, rows, q, &outs);
+            });
+        } else {
+            pool.for_each(n * nh, &|i| {
+                SCRATCH.with(|cell| {
+                    let mut guard = cell.borrow_mut();
+                    let sc = &mut *guard;
+                    let (t, head) = (i / nh, i % nh);
+                    let kvh = head / group;
+                    let pos = p0 + t;
+                    let lo = match window {
+                        Some(w) => (pos + 1).saturating_sub(w),
+                        None => 0,
+                    };
+                    let src = &q[(t * nh + head) * hk..(t * nh + head + 1) * hk];
+                    let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
+                    let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
+                    if f16_path {
+                        let n_kv = n_kv_of(pos);
+                        let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
+                        attend_f16(&view, src, chunk, sc, &mut out);
+                    } else {
+                        attend_f32(&view, src, sc, &mut out);
+                    }
+                })
+            });
+        }
+    }
+
+    /// One pass over the weights for every part (each at most one ubatch of its own
+    /// sequence); returns each part's logits.
+    fn run_batch(&self, pool: &Pool, parts: &mut [Part<'_>]) -> Result<Vec<Vec<f32>>> {
+        let hp = &self.hp;
+        let e = hp.n_embd;
+        // Row layout: single-token parts first.
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_by_key(|&i| parts[i].tokens.len() > 1);
+        let mut row = 0;
+        let mut rows = Rows { n_single: 0, multi: Vec::new(), n: 0 };
+        for &i in &order {
+            let n = parts[i].tokens.len();
+            parts[i].row0 = row;
+            parts[i].p0 = parts[i].st.n_past;
+            if n == 1 {
+                rows.n_single += 1;
+            } else {
+                rows.multi.push((row, n));
             }
-            emb.dequantize_row(id as usize, &mut x[t * e..(t + 1) * e])?;
+            row += n;
+        }
+        rows.n = row;
+        let n_rows = row;
+        let observer = parts.first().and_then(|p| p.st.observer.clone());
+        let cx = Ctx { pool, observer: observer.as_ref() };
+        // Embeddings.
+        let mut x = vec![0.0f32; n_rows * e];
+        let emb = mat(&self.file, &self.tok_embd)?;
+        for p in parts.iter() {
+            for (t, &id) in p.tokens.iter().enumerate() {
+                if id as usize >= self.n_vocab {
+                    return Err(Error::TokenOutOfRange { id, n_vocab: self.n_vocab });
+                }
+                let r = p.row0 + t;
+                emb.dequantize_row(id as usize, &mut x[r * e..(r + 1) * e])?;
+            }
         }
         if let Some(s) = self.spec.embed_scale {
             ops::scale_inplace(&mut x, s);
         }
         dump("embd", &x);
         let (nh, nkv, hk, hv) = (hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v);
-        let group = nh / nkv;
         let scale = self.spec.attn_scale.unwrap_or(1.0 / (hk as f32).sqrt());
         let (mut h, mut q, mut k, mut v, mut o, mut a, mut tmp) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -674,9 +799,9 @@ impl Transformer {
         for (il, layer) in self.layers.iter().enumerate() {
             rms_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h);
             dump(&format!("attn_norm-{il}"), &h);
-            self.mm(st, &layer.wq, &h, n, &mut q)?;
-            self.mm(st, &layer.wk, &h, n, &mut k)?;
-            self.mm(st, &layer.wv, &h, n, &mut v)?;
+            self.mm(&cx, &layer.wq, &h, &rows, &mut q)?;
+            self.mm(&cx, &layer.wk, &h, &rows, &mut k)?;
+            self.mm(&cx, &layer.wv, &h, &rows, &mut v)?;
             add_bias(&mut q, &layer.bq);
             add_bias(&mut k, &layer.bk);
             add_bias(&mut v, &layer.bv);
@@ -689,16 +814,19 @@ impl Transformer {
             if let Some(w) = &layer.k_norm {
                 rms_rows_inplace(&mut k, w, hp.rms_eps, &mut tmp);
             }
-            for t in 0..n {
-                layer.rope.cache(p0 + t, &mut rc);
-                for hq in q[t * nh * hk..(t + 1) * nh * hk].chunks_exact_mut(hk) {
-                    layer.rope.apply(&rc, hq);
+            for p in parts.iter_mut() {
+                for t in 0..p.tokens.len() {
+                    let (r, pos) = (p.row0 + t, p.p0 + t);
+                    layer.rope.cache(pos, &mut rc);
+                    for hq in q[r * nh * hk..(r + 1) * nh * hk].chunks_exact_mut(hk) {
+                        layer.rope.apply(&rc, hq);
+                    }
+                    for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
+                        layer.rope.apply(&rc, hkv);
+                    }
+                    p.st.kv.k[il].write(pos, &k[r * nkv * hk..(r + 1) * nkv * hk]);
+                    p.st.kv.v[il].write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
                 }
-                for hkv in k[t * nkv * hk..(t + 1) * nkv * hk].chunks_exact_mut(hk) {
-                    layer.rope.apply(&rc, hkv);
-                }
-                st.kv.k[il].write(p0 + t, &k[t * nkv * hk..(t + 1) * nkv * hk]);
-                st.kv.v[il].write(p0 + t, &v[t * nkv * hv..(t + 1) * nkv * hv]);
             }
             let scale = if self.spec.scale_q {
                 ops::scale_inplace(&mut q, scale);
@@ -708,60 +836,15 @@ impl Transformer {
             };
             dump(&format!("Qrope-{il}"), &q);
             dump(&format!("Krope-{il}"), &k);
-            // Attention, one (token, head) per task.
-            o.resize(n * nh * hv, 0.0);
-            let (kc, vc) = (&st.kv.k[il], &st.kv.v[il]);
-            let window = if layer.swa { self.spec.swa.as_ref().map(|s| s.window) } else { None };
-            // llama.cpp's CPU flash attention (its default) takes two paths: batches of 64
-            // or more query rows use f32 tiles; smaller ones (decode) round q to f16 and
-            // accumulate V in f16 with an online softmax, splitting a single query over
-            // the threads once the (256-padded) KV length reaches 512. We follow both, so
-            // logits track llama.cpp's own rounding.
-            let f16_kv = kc.cache_type() == CacheType::F16 && vc.cache_type() == CacheType::F16;
-            let f16_path = n < 64 && f16_kv;
-            let tiled = n >= 64 && f16_kv;
-            let n_kv_of = |pos: usize| st.kv.n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
-            let nth = st.pool.n_threads();
-            if tiled {
-                // one task per (head, tile of 64 query rows): each K/V tile is converted once
-                let qref = &q;
-                let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
-                let n_qt = n.div_ceil(TILE);
-                st.pool.for_each(nh * n_qt, &|i| {
-                    let (head, qt) = (i % nh, i / nh);
-                    let rows = qt * TILE..(qt * TILE + TILE).min(n);
-                    let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
-                    attend_tiled(kc, vc, &geo, rows, qref, &outs);
-                });
-            } else {
-                let qref = &q;
-                let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
-                st.pool.for_each(n * nh, &|i| {
-                    SCRATCH.with(|cell| {
-                        let mut guard = cell.borrow_mut();
-                        let sc = &mut *guard;
-                        let (t, head) = (i / nh, i % nh);
-                        let kvh = head / group;
-                        let pos = p0 + t;
-                        let lo = match window {
-                            Some(w) => (pos + 1).saturating_sub(w),
-                            None => 0,
-                        };
-                        let src = &qref[(t * nh + head) * hk..(t * nh + head + 1) * hk];
-                        let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
-                        let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
-                        if f16_path {
-                            let n_kv = n_kv_of(pos);
-                            let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
-                            attend_f16(&view, src, chunk, sc, &mut out);
-                        } else {
-                            attend_f32(&view, src, sc, &mut out);
-                        }
-                    })
-                });
+            o.resize(n_rows * nh * hv, 0.0);
+            for p in parts.iter() {
+                let (r0, n) = (p.row0, p.tokens.len());
+                let qs = &q[r0 * nh * hk..(r0 + n) * nh * hk];
+                let os = &mut o[r0 * nh * hv..(r0 + n) * nh * hv];
+                self.attention(pool, &p.st.kv, il, qs, n, p.p0, scale, os);
             }
             dump(&format!("kqv_out-{il}"), &o);
-            self.mm(st, &layer.wo, &o, n, &mut a)?;
+            self.mm(&cx, &layer.wo, &o, &rows, &mut a)?;
             add_bias(&mut a, &layer.bo);
             if let Some(w) = &layer.post_attn_norm {
                 rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
@@ -772,19 +855,33 @@ impl Transformer {
             dump(&format!("ffn_norm-{il}"), &h);
             match &layer.ffn {
                 Ffn::Dense { gate, up, down, b_gate, b_up, b_down } => {
-                    self.mm(st, gate, &h, n, &mut q)?;
-                    self.mm(st, up, &h, n, &mut k)?;
+                    self.mm(&cx, gate, &h, &rows, &mut q)?;
+                    self.mm(&cx, up, &h, &rows, &mut k)?;
                     add_bias(&mut q, b_gate);
                     add_bias(&mut k, b_up);
                     dump(&format!("ffn_gate-{il}"), &q);
                     dump(&format!("ffn_up-{il}"), &k);
                     self.activate(&mut q, &k);
                     dump(&format!("ffn_act-{il}"), &q);
-                    self.mm(st, down, &q, n, &mut a)?;
+                    self.mm(&cx, down, &q, &rows, &mut a)?;
                     add_bias(&mut a, b_down);
                 }
                 Ffn::Moe { router, gate, up, down } => {
-                    self.moe(st, &h, n, router, gate, up, down, &mut a)?;
+                    // Routing groups rows by expert: one product set per sequence, so a
+                    // sequence's experts never see another sequence's rows.
+                    a.resize(n_rows * e, 0.0);
+                    let mut part_out = Vec::new();
+                    for p in parts.iter() {
+                        let (r0, n) = (p.row0, p.tokens.len());
+                        let one = Rows {
+                            n_single: usize::from(n == 1),
+                            multi: if n == 1 { Vec::new() } else { vec![(0, n)] },
+                            n,
+                        };
+                        let hs = &h[r0 * e..(r0 + n) * e];
+                        self.moe(&cx, hs, &one, router, gate, up, down, &mut part_out)?;
+                        a[r0 * e..(r0 + n) * e].copy_from_slice(&part_out);
+                    }
                 }
             }
             dump(&format!("ffn_out-{il}"), &a);
@@ -794,35 +891,62 @@ impl Transformer {
             ops::add_inplace(&mut x, &a);
             dump(&format!("l_out-{il}"), &x);
         }
-        st.n_past += n;
-        let rows: Vec<usize> = match logits {
-            Logits::None => return Ok(Vec::new()),
-            Logits::Last => vec![n - 1],
-            Logits::All => (0..n).collect(),
-        };
-        let mut sel = Vec::with_capacity(rows.len() * e);
-        for &r in &rows {
-            sel.extend_from_slice(&x[r * e..(r + 1) * e]);
+        for p in parts.iter_mut() {
+            p.st.n_past += p.tokens.len();
+        }
+        // Output rows: each `Last` part's last row (one-token products), then each `All`
+        // part's rows (a product of their own).
+        let mut sel = Vec::new();
+        let mut out_rows = Rows { n_single: 0, multi: Vec::new(), n: 0 };
+        let mut at = vec![(0usize, 0usize); parts.len()];
+        for (i, p) in parts.iter().enumerate() {
+            if p.logits == Logits::Last {
+                let r = p.row0 + p.tokens.len() - 1;
+                sel.extend_from_slice(&x[r * e..(r + 1) * e]);
+                at[i] = (out_rows.n_single, 1);
+                out_rows.n_single += 1;
+            }
+        }
+        out_rows.n = out_rows.n_single;
+        for (i, p) in parts.iter().enumerate() {
+            if p.logits == Logits::All {
+                let n = p.tokens.len();
+                sel.extend_from_slice(&x[p.row0 * e..(p.row0 + n) * e]);
+                at[i] = (out_rows.n, n);
+                out_rows.multi.push((out_rows.n, n));
+                out_rows.n += n;
+            }
+        }
+        if out_rows.n == 0 {
+            return Ok(parts.iter().map(|_| Vec::new()).collect());
         }
         rms_rows_inplace(&mut sel, &self.output_norm, hp.rms_eps, &mut tmp);
         dump("result_norm", &sel);
         let mut out = Vec::new();
-        self.mm(st, &self.output, &sel, rows.len(), &mut out)?;
+        self.mm(&cx, &self.output, &sel, &out_rows, &mut out)?;
         dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
             for l in out.iter_mut() {
                 *l = (*l / c).tanh() * c;
             }
         }
-        Ok(out)
+        let nv = self.n_vocab;
+        Ok(parts
+            .iter()
+            .zip(&at)
+            .map(|(p, &(r0, n))| match p.logits {
+                Logits::None => Vec::new(),
+                _ => out[r0 * nv..(r0 + n) * nv].to_vec(),
+            })
+            .collect())
     }
 
     #[allow(clippy::too_many_arguments)]
     fn moe(
         &self,
-        st: &TransformerState,
+        cx: &Ctx<'_>,
         h: &[f32],
-        n: usize,
+        rows: &Rows,
         router: &TensorRef,
         gate: &TensorRef,
         up: &TensorRef,
@@ -831,8 +955,9 @@ impl Transformer {
     ) -> Result<()> {
         let hp = &self.hp;
         let (e, ne, k) = (hp.n_embd, hp.n_expert, hp.n_expert_used);
+        let n = rows.n;
         let mut logits = Vec::new();
-        self.mm(st, router, h, n, &mut logits)?;
+        self.mm(cx, router, h, rows, &mut logits)?;
         // Route: softmax over experts, top-k, optional renormalization and scale.
         let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
         let mut idx: Vec<usize> = Vec::with_capacity(ne);
@@ -875,7 +1000,7 @@ impl Transformer {
             }
             let m = toks.len();
             // The observer sees the rows in llama.cpp's MUL_MAT_ID order: by slot, then token.
-            let order: Vec<usize> = match &st.observer {
+            let order: Vec<usize> = match &cx.observer {
                 Some(_) => {
                     let mut v: Vec<usize> = (0..m).collect();
                     v.sort_by_key(|&r| (toks[r].0 % k, toks[r].0 / k));
@@ -888,24 +1013,24 @@ impl Transformer {
                 order.iter().flat_map(|&r| rows[r * w..(r + 1) * w].iter().copied()).collect()
             };
             let slots: Vec<usize> = order.iter().map(|&r| toks[r].0 % k).collect();
-            if let Some(o) = &st.observer {
+            if let Some(o) = &cx.observer {
                 let x = reorder(&xs);
                 o.expert_matmul(&gate.name, ex, ne, &x, &slots);
                 o.expert_matmul(&up.name, ex, ne, &x, &slots);
             }
             let gm = expert_mat(&self.file, gate, ex, ne)?;
             g.resize(m * gm.rows(), 0.0);
-            matmul_expert(&st.pool, &gm, &xs, m, &mut g)?;
+            matmul_expert(cx.pool, &gm, &xs, m, &mut g)?;
             let um = expert_mat(&self.file, up, ex, ne)?;
             u.resize(m * um.rows(), 0.0);
-            matmul_expert(&st.pool, &um, &xs, m, &mut u)?;
+            matmul_expert(cx.pool, &um, &xs, m, &mut u)?;
             self.activate(&mut g, &u);
-            if let Some(o) = &st.observer {
+            if let Some(o) = &cx.observer {
                 o.expert_matmul(&down.name, ex, ne, &reorder(&g), &slots);
             }
             let dm = expert_mat(&self.file, down, ex, ne)?;
             d.resize(m * e, 0.0);
-            matmul_expert(&st.pool, &dm, &g, m, &mut d)?;
+            matmul_expert(cx.pool, &dm, &g, m, &mut d)?;
             for (r, &(ts, wt)) in toks.iter().enumerate() {
                 for (o, s) in weighted[ts * e..(ts + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
                     *o = s * wt;
@@ -964,32 +1089,60 @@ impl Model for Transformer {
             kv,
             n_past: 0,
             n_ubatch: opts.n_ubatch.max(1),
-            pool: Pool::new(threads),
+            pool: opts.pool.clone().unwrap_or_else(|| Arc::new(Pool::new(threads))),
             observer: None,
         }))
     }
 
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
-        let st = state
-            .as_any_mut()
-            .downcast_mut::<TransformerState>()
-            .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
-        if tokens.is_empty() {
+        let mut seg = [Segment { state, tokens, logits }];
+        Ok(self.forward_batch(&mut seg)?.pop().unwrap_or_default())
+    }
+
+    fn forward_batch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
+        let mut states = Vec::with_capacity(segments.len());
+        for s in segments.iter_mut() {
+            let st = s
+                .state
+                .as_any_mut()
+                .downcast_mut::<TransformerState>()
+                .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
+            if st.n_past + s.tokens.len() > st.kv.n_ctx {
+                return Err(Error::ContextFull { n_tokens: s.tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
+            }
+            states.push((st, s.tokens, s.logits));
+        }
+        let Some(pool) = states.first().map(|(st, _, _)| st.pool.clone()) else {
             return Ok(Vec::new());
-        }
-        if st.n_past + tokens.len() > st.kv.n_ctx {
-            return Err(Error::ContextFull { n_tokens: tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
-        }
-        let mut out = Vec::new();
-        let chunks: Vec<&[u32]> = tokens.chunks(st.n_ubatch).collect();
-        let last = chunks.len() - 1;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let want = match logits {
-                Logits::All => Logits::All,
-                Logits::Last if i == last => Logits::Last,
-                _ => Logits::None,
-            };
-            out.extend(self.run_ubatch(st, chunk, want)?);
+        };
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); states.len()];
+        // Round r takes each sequence's r-th ubatch, as `forward` alone would cut it.
+        let mut round = 0;
+        loop {
+            let mut parts = Vec::new();
+            let mut idx = Vec::new();
+            for (i, (st, tokens, logits)) in states.iter_mut().enumerate() {
+                let ub = st.n_ubatch;
+                let n_chunks = tokens.len().div_ceil(ub);
+                if round >= n_chunks {
+                    continue;
+                }
+                let chunk = &tokens[round * ub..((round + 1) * ub).min(tokens.len())];
+                let want = match *logits {
+                    Logits::All => Logits::All,
+                    Logits::Last if round == n_chunks - 1 => Logits::Last,
+                    _ => Logits::None,
+                };
+                parts.push(Part { st, tokens: chunk, logits: want, row0: 0, p0: 0 });
+                idx.push(i);
+            }
+            if parts.is_empty() {
+                break;
+            }
+            for (i, l) in idx.into_iter().zip(self.run_batch(&pool, &mut parts)?) {
+                out[i].extend(l);
+            }
+            round += 1;
         }
         Ok(out)
     }

@@ -2,6 +2,7 @@
 //! writer: incremental decoding equals batch evaluation, every architecture loads,
 //! third-party architectures register, bad files give clear errors.
 
+mod batch;
 mod split;
 
 use std::path::{Path, PathBuf};
