@@ -145,6 +145,7 @@ const ROW_TILE_BYTES: usize = 256 * 1024;
 const PARALLEL_QUANT_FROM: usize = 1 << 15;
 
 /// How the product is computed for one weight type.
+#[derive(Clone, Copy)]
 enum Path {
     Kernel { k: &'static Kernel, act: &'static TypeTraits, quantize: fn(&[f32], &mut [u8]) },
     Generic,
@@ -180,7 +181,7 @@ thread_local! {
 /// row and dotted with the f32 activations. Work is split over `pool` by row blocks
 /// (few tokens) or token blocks (prompt processing).
 pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
-    matmul_imp(pool, w, x, n_tokens, y, false)
+    matmul_imp(pool, w, x, n_tokens, y, Mode::Call { expert: false })
 }
 
 /// [`matmul`] for one expert of a mixture-of-experts layer (`x` holds the tokens routed
@@ -188,27 +189,22 @@ pub fn matmul(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [
 /// differs (repacked weights one token at a time, no tinyBLAS), which kernels that
 /// mirror it follow.
 pub fn matmul_expert(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
-    matmul_imp(pool, w, x, n_tokens, y, true)
+    matmul_imp(pool, w, x, n_tokens, y, Mode::Call { expert: true })
 }
 
 /// `y[t] = W · x[t]` for every t, each output row bitwise equal to what
 /// `matmul(pool, w, &x[t*cols..][..cols], 1, &mut y[t*rows..][..rows])` gives,
-/// whatever `n_tokens` is: a token's result never depends on the other tokens of the
-/// batch (a server's decode step for several sequences at once).
+/// whatever `n_tokens` is; weights are read once per tile for all tokens.
+///
+/// For a server's decode step over several sequences: a sequence's result never depends
+/// on which others share the batch (nor on the pool's thread count). [`matmul`] of
+/// `n_tokens` picks its arithmetic by the token count, as llama.cpp does (tinyBLAS, the
+/// repacked 4-token and tiled kernels), so its rows may differ in the last bits from
+/// one-token products; this one runs every tile with [`Tile::total_tokens`] `= 1` and
+/// [`Tile::batched`] `= 0` — the one-token arithmetic for each of the tile's tokens —
+/// and splits the work by row blocks only.
 pub fn matmul_rowwise(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32]) -> Result<(), Error> {
-    let (rows, cols) = (w.rows, w.cols);
-    check_lengths(rows, cols, x, n_tokens, y)?;
-    if y.is_empty() {
-        return Ok(());
-    }
-    if cols == 0 {
-        y.fill(0.0);
-        return Ok(());
-    }
-    for (xt, yt) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)) {
-        matmul_imp(pool, w, xt, 1, yt, false)?;
-    }
-    Ok(())
+    matmul_imp(pool, w, x, n_tokens, y, Mode::Rowwise)
 }
 
 /// Checks `x` (`n_tokens × cols`) and `y` (`n_tokens × rows`).
@@ -228,24 +224,43 @@ fn check_lengths(rows: usize, cols: usize, x: &[f32], n_tokens: usize, y: &[f32]
     Ok(())
 }
 
-fn matmul_imp(
+/// Whose arithmetic a product follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// llama.cpp's for one call of `n_tokens` ([`matmul`], [`matmul_expert`]).
+    Call {
+        /// An expert product (`MUL_MAT_ID`).
+        expert: bool,
+    },
+    /// Each token as in a one-token [`matmul`] ([`matmul_rowwise`]).
+    Rowwise,
+}
+
+fn matmul_imp(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y: &mut [f32], mode: Mode) -> Result<(), Error> {
+    check_lengths(w.rows, w.cols, x, n_tokens, y)?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    if w.cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    run_path(pool, w, x, n_tokens, y, mode, path_for(w)?)
+}
+
+/// [`matmul_imp`] along a given path (lengths checked, `cols > 0`, `y` not empty); the
+/// tests force each registered backend through it.
+fn run_path(
     pool: &Pool,
     w: &Matrix<'_>,
     x: &[f32],
     n_tokens: usize,
     y: &mut [f32],
-    expert: bool,
+    mode: Mode,
+    path: Path,
 ) -> Result<(), Error> {
     let (rows, cols) = (w.rows, w.cols);
-    check_lengths(rows, cols, x, n_tokens, y)?;
-    if y.is_empty() {
-        return Ok(());
-    }
-    if cols == 0 {
-        y.fill(0.0);
-        return Ok(());
-    }
-    match path_for(w)? {
+    match path {
         Path::Kernel { k, act, quantize } => {
             let act_row = act.row_size(cols).map_err(|_| Error::NotWholeBlocks {
                 type_name: act.name,
@@ -256,6 +271,12 @@ fn matmul_imp(
             xq.clear();
             xq.resize(n_tokens * act_row, 0);
             quantize_acts(pool, quantize, x, cols, &mut xq, act_row);
+            // The fields by which kernels that mirror llama.cpp pick their arithmetic: the
+            // call's, or those of a one-token call for every token.
+            let (expert, total_tokens) = match mode {
+                Mode::Call { expert } => (expert, n_tokens),
+                Mode::Rowwise => (false, 1),
+            };
             let tile = |r0: usize, nr: usize, t0: usize, nt: usize, out: &mut [f32], ys: usize| {
                 let t = Tile {
                     n: cols,
@@ -265,8 +286,12 @@ fn matmul_imp(
                     x: &xq[t0 * act_row..(t0 + nt) * act_row],
                     x_stride: act_row,
                     tokens: nt,
-                    batched: if expert { 0 } else { (n_tokens - n_tokens % 4).saturating_sub(t0).min(nt) },
-                    total_tokens: n_tokens,
+                    batched: if expert || total_tokens == 1 {
+                        0
+                    } else {
+                        (n_tokens - n_tokens % 4).saturating_sub(t0).min(nt)
+                    },
+                    total_tokens,
                     total_rows: rows,
                     expert,
                 };
@@ -276,7 +301,7 @@ fn matmul_imp(
                     (None, None) => tile_by_vec_dot(k.vec_dot, &t, out, ys),
                 }
             };
-            split(pool, rows, n_tokens, act_row, w.row_bytes, y, &tile);
+            split(pool, mode, rows, n_tokens, act_row, w.row_bytes, y, &tile);
             ACT_BUF.with(|b| b.set(xq));
         }
         Path::Generic => {
@@ -291,7 +316,7 @@ fn matmul_imp(
                     }
                 }
             };
-            split(pool, rows, n_tokens, cols * 4, w.row_bytes, y, &tile);
+            split(pool, mode, rows, n_tokens, cols * 4, w.row_bytes, y, &tile);
         }
     }
     Ok(())
@@ -332,9 +357,12 @@ fn quantize_acts(pool: &Pool, quantize: fn(&[f32], &mut [u8]), x: &[f32], cols: 
 type TileClosure<'a> = dyn Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync + 'a;
 
 /// Runs `tile(r0, nr, t0, nt, out, out_stride)` over the whole `rows × n_tokens` output,
-/// split across the pool.
+/// split across the pool: by row blocks for few tokens and always in [`Mode::Rowwise`],
+/// else by token blocks.
+#[allow(clippy::too_many_arguments)]
 fn split(
     pool: &Pool,
+    mode: Mode,
     rows: usize,
     n_tokens: usize,
     act_row_bytes: usize,
@@ -343,35 +371,18 @@ fn split(
     tile: &TileClosure<'_>,
 ) {
     let nth = pool.n_threads();
+    // Row blocks, all tokens per block: weights are read once.
+    // A multiple of 8 rows, so 8-row kernels never fall back to their one-row tail.
+    let rb = rows.div_ceil(nth * 8).next_multiple_of(8).clamp(16, 1024).min(rows);
+    if mode == Mode::Rowwise {
+        // Tile kernels run 8 tokens per pass over the tile's rows: with more, keep the
+        // tile's weights L2-sized (still a multiple of 8 rows; no row's arithmetic
+        // depends on where its block starts or ends).
+        let rb = if n_tokens > 8 { rb.min((ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 1024) / 8 * 8) } else { rb };
+        return split_rows(pool, rows, n_tokens, rb, y, tile);
+    }
     if n_tokens < TOKEN_SPLIT_FROM {
-        // Row blocks, all tokens per block: weights are read once.
-        // A multiple of 8 rows, so 8-row kernels never fall back to their one-row tail.
-        let rb = rows.div_ceil(nth * 8).next_multiple_of(8).clamp(16, 1024).min(rows);
-        let n_items = rows.div_ceil(rb);
-        if n_tokens == 1 {
-            let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(rb).map(Mutex::new).collect();
-            pool.for_each(n_items, &|i| {
-                let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
-                let nr = out.len();
-                tile(i * rb, nr, 0, 1, &mut out, nr);
-            });
-        } else {
-            let bufs: Vec<Mutex<Vec<f32>>> = (0..n_items).map(|_| Mutex::new(Vec::new())).collect();
-            pool.for_each(n_items, &|i| {
-                let nr = rb.min(rows - i * rb);
-                let mut out = vec![0f32; nr * n_tokens];
-                tile(i * rb, nr, 0, n_tokens, &mut out, nr);
-                *bufs[i].lock().unwrap_or_else(|e| e.into_inner()) = out;
-            });
-            for (i, b) in bufs.into_iter().enumerate() {
-                let b = b.into_inner().unwrap_or_else(|e| e.into_inner());
-                let nr = rb.min(rows - i * rb);
-                for t in 0..n_tokens {
-                    y[t * rows + i * rb..t * rows + i * rb + nr].copy_from_slice(&b[t * nr..(t + 1) * nr]);
-                }
-            }
-        }
-        return;
+        return split_rows(pool, rows, n_tokens, rb, y, tile);
     }
     // Token blocks, all rows per block: a weight row is decoded once per token block and
     // the block's activations stay in cache.
@@ -394,3 +405,34 @@ fn split(
         }
     });
 }
+
+/// [`split`] by blocks of `rb` rows (a multiple of 8, or all rows), all tokens per block.
+fn split_rows(pool: &Pool, rows: usize, n_tokens: usize, rb: usize, y: &mut [f32], tile: &TileClosure<'_>) {
+    let n_items = rows.div_ceil(rb);
+    if n_tokens == 1 {
+        let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(rb).map(Mutex::new).collect();
+        pool.for_each(n_items, &|i| {
+            let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
+            let nr = out.len();
+            tile(i * rb, nr, 0, 1, &mut out, nr);
+        });
+        return;
+    }
+    let bufs: Vec<Mutex<Vec<f32>>> = (0..n_items).map(|_| Mutex::new(Vec::new())).collect();
+    pool.for_each(n_items, &|i| {
+        let nr = rb.min(rows - i * rb);
+        let mut out = vec![0f32; nr * n_tokens];
+        tile(i * rb, nr, 0, n_tokens, &mut out, nr);
+        *bufs[i].lock().unwrap_or_else(|e| e.into_inner()) = out;
+    });
+    for (i, b) in bufs.into_iter().enumerate() {
+        let b = b.into_inner().unwrap_or_else(|e| e.into_inner());
+        let nr = rb.min(rows - i * rb);
+        for t in 0..n_tokens {
+            y[t * rows + i * rb..t * rows + i * rb + nr].copy_from_slice(&b[t * nr..(t + 1) * nr]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod rowwise_tests;

@@ -48,6 +48,11 @@ pub struct Tile<'a> {
     /// Tokens of the whole `matmul` call this tile belongs to. llama.cpp picks its
     /// arithmetic per call (its tiled K-quant path from 8 tokens on), so kernels that
     /// mirror it look at the call, not the tile.
+    ///
+    /// [`crate::matmul_rowwise`] passes `1` (with `batched: 0`, `expert: false`) for tiles
+    /// of any `tokens`: a kernel must then give every token the bits of a one-token call,
+    /// which holds as long as its arithmetic per output depends only on these three
+    /// fields and `total_rows`, never on `tokens` or on where the tile starts.
     pub total_tokens: usize,
     /// Weight rows of the whole matrix (llama.cpp repacks only when they are a multiple
     /// of 8).
