@@ -59,30 +59,33 @@ fn paths(id: u32) -> Vec<(String, Path)> {
     out
 }
 
-/// `matmul_rowwise`'s arithmetic along `path` for each of `ns` against one-token calls of
-/// the same path: every output bit-identical.
-fn check(label: &str, pool: &Pool, w: &Matrix<'_>, x: &[f32], ns: &[usize], path: Path) {
+/// `matmul_rowwise`'s arithmetic along `path` for each of `ns`, on each pool, against
+/// one-token calls of the same path on the first pool: every output bit-identical (so
+/// neither the batch nor the thread count shows in a token's outputs).
+fn check(label: &str, pools: &[Pool], w: &Matrix<'_>, x: &[f32], ns: &[usize], path: Path) {
     let (rows, cols) = (w.rows, w.cols);
     let max_n = ns.iter().copied().max().unwrap();
     let one: Vec<Vec<f32>> = (0..max_n)
         .map(|t| {
             let mut y = vec![f32::NAN; rows];
-            run_path(pool, w, &x[t * cols..(t + 1) * cols], 1, &mut y, Mode::Call { expert: false }, path).unwrap();
+            run_path(&pools[0], w, &x[t * cols..(t + 1) * cols], 1, &mut y, Mode::Call { expert: false }, path)
+                .unwrap();
             y
         })
         .collect();
-    for &n in ns {
-        let mut y = vec![f32::NAN; n * rows];
-        run_path(pool, w, &x[..n * cols], n, &mut y, Mode::Rowwise, path).unwrap();
-        for (t, want) in one.iter().take(n).enumerate() {
-            let got = &y[t * rows..(t + 1) * rows];
-            let bad = got.iter().zip(want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-            assert_eq!(
-                bad,
-                0,
-                "{label} {rows}x{cols}, {} threads: token {t} of {n}: {bad} of {rows} outputs differ",
-                pool.n_threads()
-            );
+    for pool in pools {
+        for &n in ns {
+            let mut y = vec![f32::NAN; n * rows];
+            run_path(pool, w, &x[..n * cols], n, &mut y, Mode::Rowwise, path).unwrap();
+            for (t, want) in one.iter().take(n).enumerate() {
+                let got = &y[t * rows..(t + 1) * rows];
+                let bad = got.iter().zip(want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                let th = pool.n_threads();
+                assert_eq!(
+                    bad, 0,
+                    "{label} {rows}x{cols}, {th} threads: token {t} of {n}: {bad} of {rows} outputs differ"
+                );
+            }
         }
     }
 }
@@ -113,12 +116,10 @@ fn run_type(t: &'static TypeTraits, pools: &[Pool]) {
         let m = Matrix::new(t.id, &wq, rows, cols).unwrap();
         let x: Vec<f32> = (0..ns.iter().max().unwrap() * cols).map(|_| rng(&mut seed)).collect();
         let rep = Repacked::new(&m);
-        for pool in pools {
-            for (backend, path) in &paths {
-                check(&format!("{} {backend}", t.name), pool, &m, &x, ns, *path);
-                if let (Some(r), Path::Kernel { .. }) = (&rep, path) {
-                    check(&format!("{} {backend} repacked {}", t.name, r.backend()), pool, &r.matrix(), &x, ns, *path);
-                }
+        for (backend, path) in &paths {
+            check(&format!("{} {backend}", t.name), pools, &m, &x, ns, *path);
+            if let (Some(r), Path::Kernel { .. }) = (&rep, path) {
+                check(&format!("{} {backend} repacked {}", t.name, r.backend()), pools, &r.matrix(), &x, ns, *path);
             }
         }
     }
@@ -174,9 +175,7 @@ fn rowwise_every_other_type_generic() {
             let wq = weights(t, rows, cols, &mut seed);
             let m = Matrix::new(t.id, &wq, rows, cols).unwrap();
             let x: Vec<f32> = (0..33 * cols).map(|_| rng(&mut seed)).collect();
-            for pool in &pools {
-                check(&format!("{} generic", t.name), pool, &m, &x, ns, Path::Generic);
-            }
+            check(&format!("{} generic", t.name), &pools, &m, &x, ns, Path::Generic);
         }
     }
 }
