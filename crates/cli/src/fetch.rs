@@ -133,6 +133,12 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Path of `model` in the cache if it is there with the right size (no download, no hashing).
+pub fn cached(model: &Model) -> Option<PathBuf> {
+    let path = cache_dir().ok()?.join("models").join(model.file);
+    (fs::metadata(&path).ok()?.len() == model.size).then_some(path)
+}
+
 /// Path of `model` in the cache, fetching it first if it is missing or its checksum is
 /// wrong. `progress` receives one line per step.
 pub fn ensure(model: &Model, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> {

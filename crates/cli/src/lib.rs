@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod mem;
 pub mod perplexity;
 pub mod quantize;
+pub mod serve;
 pub mod split;
 pub mod task_check;
 pub mod tokenize;

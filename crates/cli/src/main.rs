@@ -85,15 +85,35 @@ enum Command {
     Split(gguf_cli::split::SplitArgs),
     /// Merge a split model's shards into one file, like llama-gguf-split --merge.
     Merge(gguf_cli::split::MergeArgs),
+    /// An OpenAI- and llama-server-compatible HTTP server (llama-server's flags).
+    Serve(gguf_cli::serve::ServeArgs),
+}
+
+/// llama.cpp's multi-letter short flags, rewritten to their long forms before parsing
+/// (clap's short flags are one letter).
+const LLAMA_SHORT_FLAGS: &[(&str, &str)] =
+    &[("-np", "--parallel"), ("-ub", "--ubatch-size"), ("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+
+fn llama_args() -> Vec<std::ffi::OsString> {
+    std::env::args_os()
+        .map(|a| match LLAMA_SHORT_FLAGS.iter().find(|(s, _)| a.to_str() == Some(s)) {
+            Some((_, long)) => long.into(),
+            None => a,
+        })
+        .collect()
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // Ctrl-C: the first stops generation cleanly, a second one exits at once.
-    let _ = ctrlc::set_handler(|| {
-        if engine::INTERRUPTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            std::process::exit(130);
-        }
+    let cli = Cli::parse_from(llama_args());
+    // Ctrl-C: the first stops generation cleanly, a second one exits at once (the server
+    // handles its signals itself).
+    let serving = matches!(cli.command, Command::Serve(_));
+    let _ = (!serving).then(|| {
+        ctrlc::set_handler(|| {
+            if engine::INTERRUPTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                std::process::exit(130);
+            }
+        })
     });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -143,6 +163,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Run(a) => engine::run(&a),
+        Command::Serve(a) => gguf_cli::serve::run(&a),
         Command::Tokenize(a) => gguf_cli::tokenize::tokenize(&a, &mut std::io::stdout().lock()),
         Command::Detokenize(a) => gguf_cli::tokenize::detokenize(&a, &mut std::io::stdout().lock()),
         Command::ChatTemplate(a) => gguf_cli::tokenize::chat_template(&a, &mut std::io::stdout().lock()),

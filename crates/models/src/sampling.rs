@@ -1,5 +1,6 @@
-//! Token sampling, in llama.cpp's default chain order: repetition penalty → top-k →
-//! top-p → min-p → temperature → draw. Temperature ≤ 0 is greedy (argmax).
+//! Token sampling, in llama.cpp's default chain order: logit bias → penalties
+//! (repetition, frequency, presence) → top-k → top-p → min-p → temperature → draw.
+//! Temperature ≤ 0 is greedy (argmax after bias and penalties).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -17,8 +18,14 @@ pub struct SamplerParams {
     pub min_p: f32,
     /// Repetition penalty (1 = none).
     pub repeat_penalty: f32,
-    /// Tokens of history the penalty looks at.
+    /// Tokens of history the penalties look at.
     pub repeat_last_n: usize,
+    /// Frequency penalty: `count × f` subtracted from each seen token's logit (0 = none).
+    pub frequency_penalty: f32,
+    /// Presence penalty: subtracted once from each seen token's logit (0 = none).
+    pub presence_penalty: f32,
+    /// Added to the logits of these tokens first (`-inf` bans one).
+    pub logit_bias: Vec<(u32, f32)>,
     /// RNG seed.
     pub seed: u64,
 }
@@ -32,6 +39,9 @@ impl Default for SamplerParams {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -73,14 +83,26 @@ impl Sampler {
         let p = &self.params;
         let mut owned;
         let mut logits = logits;
-        if p.repeat_penalty != 1.0 && p.repeat_last_n > 0 {
+        let penalize = (p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
+            && p.repeat_last_n > 0;
+        if penalize || !p.logit_bias.is_empty() {
             owned = logits.to_vec();
-            let start = self.history.len().saturating_sub(p.repeat_last_n);
-            let mut seen = std::collections::HashSet::new();
-            for &t in &self.history[start..] {
-                if (t as usize) < owned.len() && seen.insert(t) {
-                    let l = &mut owned[t as usize];
+            for &(t, b) in &p.logit_bias {
+                if let Some(l) = owned.get_mut(t as usize) {
+                    *l += b;
+                }
+            }
+            if penalize {
+                // llama_sampler_penalties: counts over the last `repeat_last_n` tokens
+                let start = self.history.len().saturating_sub(p.repeat_last_n);
+                let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+                for &t in &self.history[start..] {
+                    *counts.entry(t).or_default() += 1;
+                }
+                for (&t, &c) in &counts {
+                    let Some(l) = owned.get_mut(t as usize) else { continue };
                     *l = if *l <= 0.0 { *l * p.repeat_penalty } else { *l / p.repeat_penalty };
+                    *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
                 }
             }
             logits = &owned;
@@ -164,6 +186,21 @@ mod tests {
     fn repetition_penalty_changes_the_choice() {
         let mut s = Sampler::new(SamplerParams { temp: 0.0, repeat_penalty: 2.0, ..Default::default() });
         s.accept(1);
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 3);
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_and_logit_bias() {
+        let mut s = Sampler::new(SamplerParams { temp: 0.0, frequency_penalty: 0.1, ..Default::default() });
+        s.accept(1);
+        s.accept(1);
+        // 3.0 - 2 × 0.1 = 2.8 < 2.9
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 3);
+        let mut s = Sampler::new(SamplerParams { temp: 0.0, presence_penalty: 0.05, ..Default::default() });
+        s.accept(1);
+        s.accept(1);
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 1);
+        let mut s = Sampler::new(SamplerParams { temp: 0.0, logit_bias: vec![(1, f32::NEG_INFINITY)], ..Default::default() });
         assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 3);
     }
 

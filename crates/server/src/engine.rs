@@ -1,0 +1,741 @@
+//! The scheduler: one thread owns the model and `n_parallel` slots (a KV cache each,
+//! sized `n_ctx / n_parallel` as llama-server sizes them) and runs continuous batching —
+//! every step takes one decode token of each generating slot and the next prompt chunk of
+//! each slot still reading its prompt, and sends them through the weights together
+//! ([`models::Model::forward_batch`]).
+//!
+//! Determinism: a sequence's tokens do not depend on what shares its batch. The batch
+//! pass gives each sequence bitwise its logits alone, and prompts are always cut at
+//! multiples of `n_ubatch` from position 0, so a prompt's chunks are those it would get
+//! alone. Prefix reuse keeps this: a slot's cache is reused only up to the last multiple
+//! of `n_ubatch` of its previous prompt that the new prompt shares (the cells there were
+//! computed in the same chunks the new request would compute).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use models::{Logits, Model, Sampler, SamplerParams, Segment, State, StateOptions};
+use tokenizer::Tokenizer;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::text::{drain_utf8, find_stop, partial_stop_len};
+use crate::Error;
+
+/// Restricts the tokens a request may produce (a grammar or JSON schema).
+pub trait Constrain: Send {
+    /// Masks the forbidden tokens' logits to `-inf`.
+    fn apply(&mut self, logits: &mut [f32]) -> Result<(), String>;
+    /// Advances past the sampled token.
+    fn accept(&mut self, token: u32) -> Result<(), String>;
+    /// Whether the constrained output is complete.
+    fn is_finished(&self) -> bool;
+}
+
+/// What a request asks of the generation.
+pub struct GenParams {
+    /// Sampling chain settings.
+    pub sampler: SamplerParams,
+    /// Most tokens to generate (`None`: until end of generation or a full context).
+    pub n_predict: Option<usize>,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Top probabilities to report per token (0 = none).
+    pub n_probs: usize,
+    /// Never stop at end-of-generation tokens (they are masked out).
+    pub ignore_eos: bool,
+    /// Reuse a slot's cached prefix.
+    pub cache_prompt: bool,
+    /// Output constraint.
+    pub constraint: Option<Box<dyn Constrain>>,
+    /// Stop generating at this time (the request's time limit).
+    pub deadline: Option<Instant>,
+    /// Run on this slot.
+    pub id_slot: Option<usize>,
+    /// Echo of the settings for `generation_settings` / `/slots`.
+    pub settings: serde_json::Value,
+}
+
+/// Probabilities reported for one generated token.
+#[derive(Debug, Clone)]
+pub struct TokenProbs {
+    /// Log-probability of the chosen token.
+    pub logprob: f32,
+    /// The most likely tokens: `(id, bytes, logprob)`, most likely first.
+    pub top: Vec<(u32, Vec<u8>, f32)>,
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopType {
+    /// An end-of-generation token.
+    Eos,
+    /// A stop string.
+    Word,
+    /// `n_predict`, the context or the time limit.
+    Limit,
+}
+
+impl StopType {
+    /// llama-server's `stop_type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopType::Eos => "eos",
+            StopType::Word => "word",
+            StopType::Limit => "limit",
+        }
+    }
+    /// OpenAI's `finish_reason`.
+    pub fn finish_reason(self) -> &'static str {
+        match self {
+            StopType::Eos | StopType::Word => "stop",
+            StopType::Limit => "length",
+        }
+    }
+}
+
+/// The end of a generation.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Why it ended.
+    pub stop: StopType,
+    /// The stop string that ended it.
+    pub stopping_word: String,
+    /// Prompt tokens.
+    pub n_prompt: usize,
+    /// Prompt tokens reused from the slot's cache.
+    pub n_cached: usize,
+    /// Generated tokens.
+    pub n_decoded: usize,
+    /// Prompt time (ms).
+    pub prompt_ms: f64,
+    /// Generation time (ms).
+    pub gen_ms: f64,
+    /// The slot it ran on.
+    pub id_slot: usize,
+    /// The context filled up.
+    pub truncated: bool,
+}
+
+/// What the scheduler tells a request.
+#[derive(Debug)]
+pub enum Event {
+    /// A generated token and the text it completes (maybe empty: held back while it may
+    /// start a stop string, or an incomplete UTF-8 sequence).
+    Token {
+        /// The slot generating it.
+        slot: usize,
+        /// Token id.
+        id: u32,
+        /// Text to send now.
+        text: String,
+        /// Probabilities, when asked for.
+        probs: Option<TokenProbs>,
+    },
+    /// Text held back for a stop string that did not come, sent at the end.
+    Text(String),
+    /// Done; nothing follows.
+    Done(Summary),
+    /// Failed; nothing follows.
+    Error(String),
+}
+
+/// A request for the scheduler.
+pub struct Job {
+    /// Task id (for logs and `/slots`).
+    pub id: u64,
+    /// Prompt tokens (non-empty, shorter than a slot's context).
+    pub prompt: Vec<u32>,
+    /// Settings.
+    pub params: GenParams,
+    /// Where events go; a closed channel (client gone) cancels the job.
+    pub tx: UnboundedSender<Event>,
+}
+
+/// Counters for `/metrics` (llama-server's names).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Prompt tokens evaluated (not counting reused ones).
+    pub prompt_tokens: AtomicU64,
+    /// Prompt tokens reused from a cache.
+    pub prompt_cached: AtomicU64,
+    /// Prompt time, µs.
+    pub prompt_us: AtomicU64,
+    /// Tokens generated.
+    pub predicted: AtomicU64,
+    /// Generation time, µs.
+    pub predicted_us: AtomicU64,
+    /// Batch passes.
+    pub n_decode: AtomicU64,
+    /// Sum over passes of the slots in them.
+    pub busy_slots: AtomicU64,
+    /// Longest sequence seen.
+    pub n_tokens_max: AtomicU64,
+    /// Slots generating now.
+    pub processing: AtomicUsize,
+    /// Requests waiting for a slot.
+    pub deferred: AtomicUsize,
+    /// Requests accepted.
+    pub requests: AtomicU64,
+    /// Requests finished.
+    pub requests_done: AtomicU64,
+    /// Requests refused because the queue was full.
+    pub rejected: AtomicU64,
+}
+
+/// What `/slots` shows of a slot.
+#[derive(Debug, Clone, Default)]
+pub struct SlotInfo {
+    /// Slot id.
+    pub id: usize,
+    /// Context size.
+    pub n_ctx: usize,
+    /// Busy.
+    pub is_processing: bool,
+    /// Task on it.
+    pub id_task: Option<u64>,
+    /// Tokens in its cache.
+    pub n_past: usize,
+    /// Tokens generated by the current task.
+    pub n_decoded: usize,
+    /// The current task's settings.
+    pub settings: serde_json::Value,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Slots.
+    pub n_parallel: usize,
+    /// Context per slot.
+    pub n_ctx_slot: usize,
+    /// Most tokens per pass (all slots together).
+    pub n_batch: usize,
+    /// Most tokens per pass of one sequence.
+    pub n_ubatch: usize,
+    /// Threads.
+    pub n_threads: usize,
+    /// K cache type.
+    pub cache_type_k: models::CacheType,
+    /// V cache type.
+    pub cache_type_v: models::CacheType,
+    /// Requests that may wait for a slot.
+    pub queue_size: usize,
+}
+
+/// The HTTP side's handle on the scheduler.
+pub struct Engine {
+    tx: Mutex<Option<SyncSender<Job>>>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Slot states.
+    pub slots: Arc<Mutex<Vec<SlotInfo>>>,
+    /// Context per slot.
+    pub n_ctx_slot: usize,
+    /// Slots.
+    pub n_parallel: usize,
+    shutdown: Arc<AtomicBool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    next_id: AtomicU64,
+}
+
+impl Engine {
+    /// Starts the scheduler thread over `model`.
+    pub fn start(model: Box<dyn Model>, tok: Arc<Tokenizer>, opts: &EngineOptions) -> Result<Engine, Error> {
+        let n_parallel = opts.n_parallel.max(1);
+        let pool = Arc::new(models::Pool::new(opts.n_threads.max(1)));
+        let mut slots = Vec::with_capacity(n_parallel);
+        for id in 0..n_parallel {
+            let st = model.new_state(&StateOptions {
+                n_ctx: opts.n_ctx_slot,
+                n_threads: opts.n_threads.max(1),
+                cache_type_k: opts.cache_type_k,
+                cache_type_v: opts.cache_type_v,
+                n_ubatch: opts.n_ubatch.max(1),
+                pool: Some(pool.clone()),
+            })?;
+            slots.push(Slot { id, state: st, cached: Vec::new(), aligned_end: 0, active: None, last_used: 0 });
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(opts.queue_size);
+        let metrics = Arc::new(Metrics::default());
+        let infos = Arc::new(Mutex::new(
+            (0..n_parallel).map(|id| SlotInfo { id, n_ctx: opts.n_ctx_slot, ..Default::default() }).collect(),
+        ));
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let mut sched = Scheduler {
+            model,
+            tok,
+            slots,
+            rx,
+            waiting: VecDeque::new(),
+            metrics: metrics.clone(),
+            infos: infos.clone(),
+            shutdown: shutdown.clone(),
+            n_batch: opts.n_batch.max(1),
+            n_ubatch: opts.n_ubatch.max(1),
+            clock: 0,
+        };
+        let thread = std::thread::Builder::new()
+            .name("gguf-scheduler".into())
+            .spawn(move || sched.run())
+            .map_err(|e| Error::Io(format!("starting the scheduler thread: {e}")))?;
+        Ok(Engine {
+            tx: Mutex::new(Some(tx)),
+            metrics,
+            slots: infos,
+            n_ctx_slot: opts.n_ctx_slot,
+            n_parallel,
+            shutdown,
+            thread: Mutex::new(Some(thread)),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// A fresh task id.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues a job; `Err` when the queue is full or the engine is stopping.
+    pub fn submit(&self, job: Job) -> Result<(), Error> {
+        let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = guard.as_ref() else {
+            return Err(Error::Unavailable("the server is shutting down".into()));
+        };
+        match tx.try_send(job) {
+            Ok(()) => {
+                self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+                self.metrics.deferred.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Unavailable("the request queue is full; try again later".into()))
+            }
+            Err(TrySendError::Disconnected(_)) => Err(Error::Unavailable("the scheduler has stopped".into())),
+        }
+    }
+
+    /// Stops taking jobs, ends running ones (their clients get what was generated, with
+    /// `finish_reason` "length") and waits for the scheduler thread.
+    pub fn shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Active {
+    job: Job,
+    /// Prompt tokens in the cache.
+    pos: usize,
+    sampler: Sampler,
+    generated: Vec<u32>,
+    /// The last sampled token, not yet in the cache.
+    next: Option<u32>,
+    pending: Vec<u8>,
+    text: String,
+    sent: usize,
+    n_cached: usize,
+    t_start: Instant,
+    t_first: Option<Instant>,
+}
+
+struct Slot {
+    id: usize,
+    state: Box<dyn State>,
+    /// Tokens in the cache (prompt, then generated).
+    cached: Vec<u32>,
+    /// Cells below this were computed in whole aligned prompt chunks.
+    aligned_end: usize,
+    active: Option<Active>,
+    last_used: u64,
+}
+
+struct Scheduler {
+    model: Box<dyn Model>,
+    tok: Arc<Tokenizer>,
+    slots: Vec<Slot>,
+    rx: Receiver<Job>,
+    waiting: VecDeque<Job>,
+    metrics: Arc<Metrics>,
+    infos: Arc<Mutex<Vec<SlotInfo>>>,
+    shutdown: Arc<AtomicBool>,
+    n_batch: usize,
+    n_ubatch: usize,
+    clock: u64,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Scheduler {
+    fn run(&mut self) {
+        let mut open = true;
+        loop {
+            if self.shutdown.load(Ordering::SeqCst) {
+                self.stop_all();
+                break;
+            }
+            // Take what has arrived.
+            while open {
+                match self.rx.try_recv() {
+                    Ok(job) => self.waiting.push_back(job),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => open = false,
+                }
+            }
+            self.admit();
+            if self.slots.iter().all(|s| s.active.is_none()) {
+                if !open && self.waiting.is_empty() {
+                    break;
+                }
+                match self.rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(job) => self.waiting.push_back(job),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => open = false,
+                }
+                continue;
+            }
+            if let Err(e) = self.step() {
+                // A failed pass fails every request in it; the slots are reset.
+                let msg = e.to_string();
+                for s in self.slots.iter_mut() {
+                    if let Some(a) = s.active.take() {
+                        let _ = a.job.tx.send(Event::Error(msg.clone()));
+                        self.metrics.processing.fetch_sub(1, Ordering::Relaxed);
+                        self.metrics.requests_done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    s.state.truncate(0);
+                    s.cached.clear();
+                    s.aligned_end = 0;
+                }
+            }
+            self.publish();
+        }
+        self.publish();
+    }
+
+    /// Ends every running and waiting job.
+    fn stop_all(&mut self) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].active.is_some() {
+                self.finish(i, StopType::Limit, String::new(), false);
+            }
+        }
+        while let Ok(job) = self.rx.try_recv() {
+            self.waiting.push_back(job);
+        }
+        for job in self.waiting.drain(..) {
+            let _ = job.tx.send(Event::Error("the server is shutting down".into()));
+            self.metrics.deferred.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts waiting jobs on free slots: the asked-for slot, else the free slot with the
+    /// longest reusable prefix, else the least recently used.
+    fn admit(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.waiting[i].tx.is_closed() {
+                self.waiting.remove(i);
+                self.metrics.deferred.fetch_sub(1, Ordering::Relaxed);
+                self.metrics.requests_done.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let job = &self.waiting[i];
+            let free: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].active.is_none()).collect();
+            if free.is_empty() {
+                return;
+            }
+            let pick = match job.params.id_slot {
+                Some(want) if want < self.slots.len() => {
+                    if self.slots[want].active.is_some() {
+                        i += 1;
+                        continue;
+                    }
+                    want
+                }
+                _ => {
+                    let reuse = |s: usize| if job.params.cache_prompt { self.reusable(s, &job.prompt) } else { 0 };
+                    *free
+                        .iter()
+                        .max_by_key(|&&s| (reuse(s), std::cmp::Reverse(self.slots[s].last_used)))
+                        .expect("free is not empty")
+                }
+            };
+            let Some(job) = self.waiting.remove(i) else { return };
+            self.metrics.deferred.fetch_sub(1, Ordering::Relaxed);
+            self.start(pick, job);
+        }
+    }
+
+    /// Cells of slot `s` a request with `prompt` can keep (see the module docs).
+    fn reusable(&self, s: usize, prompt: &[u32]) -> usize {
+        let slot = &self.slots[s];
+        let common = common_prefix(&slot.cached, prompt).min(slot.aligned_end).min(prompt.len().saturating_sub(1));
+        common / self.n_ubatch * self.n_ubatch
+    }
+
+    fn start(&mut self, s: usize, job: Job) {
+        let keep = if job.params.cache_prompt { self.reusable(s, &job.prompt) } else { 0 };
+        self.clock += 1;
+        let slot = &mut self.slots[s];
+        slot.last_used = self.clock;
+        slot.state.truncate(keep);
+        slot.cached.truncate(keep);
+        slot.aligned_end = slot.aligned_end.min(keep);
+        let mut sampler = Sampler::new(job.params.sampler.clone());
+        for &t in &job.prompt {
+            sampler.accept(t);
+        }
+        self.metrics.processing.fetch_add(1, Ordering::Relaxed);
+        self.metrics.prompt_cached.fetch_add(keep as u64, Ordering::Relaxed);
+        slot.active = Some(Active {
+            job,
+            pos: keep,
+            sampler,
+            generated: Vec::new(),
+            next: None,
+            pending: Vec::new(),
+            text: String::new(),
+            sent: 0,
+            n_cached: keep,
+            t_start: Instant::now(),
+            t_first: None,
+        });
+    }
+
+    /// One pass: every generating slot's next token and every reading slot's next
+    /// prompt chunk, within `n_batch` tokens.
+    fn step(&mut self) -> Result<(), Error> {
+        // Drop jobs whose client went away or whose time is up.
+        let now = Instant::now();
+        for i in 0..self.slots.len() {
+            let Some(a) = &self.slots[i].active else { continue };
+            if a.job.tx.is_closed() {
+                self.release(i, false);
+            } else if a.job.params.deadline.is_some_and(|d| now >= d) {
+                self.finish(i, StopType::Limit, String::new(), false);
+            }
+        }
+        let ub = self.n_ubatch;
+        let mut budget = self.n_batch;
+        // (slot, tokens, is the prompt's last chunk or a decode token)
+        let mut plan: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some(Active { next: Some(t), .. }) = &s.active {
+                plan.push((i, vec![*t], true));
+                budget = budget.saturating_sub(1);
+            }
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(a) = &s.active else { continue };
+            if a.next.is_some() || a.pos >= a.job.prompt.len() {
+                continue;
+            }
+            let end = (a.pos + ub).min(a.job.prompt.len());
+            let n = end - a.pos;
+            if n > budget && !plan.is_empty() {
+                continue;
+            }
+            budget = budget.saturating_sub(n);
+            plan.push((i, a.job.prompt[a.pos..end].to_vec(), end == a.job.prompt.len()));
+        }
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let logits = {
+            let mut by_slot: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Some).collect();
+            let mut segs = Vec::with_capacity(plan.len());
+            for (i, tokens, last) in &plan {
+                let slot = by_slot[*i].take().expect("one segment per slot");
+                segs.push(Segment {
+                    state: slot.state.as_mut(),
+                    tokens,
+                    logits: if *last { Logits::Last } else { Logits::None },
+                });
+            }
+            self.model.forward_batch(&mut segs)?
+        };
+        self.metrics.n_decode.fetch_add(1, Ordering::Relaxed);
+        self.metrics.busy_slots.fetch_add(plan.len() as u64, Ordering::Relaxed);
+        for ((i, tokens, last), l) in plan.into_iter().zip(logits) {
+            let slot = &mut self.slots[i];
+            slot.cached.extend_from_slice(&tokens);
+            let a = slot.active.as_mut().expect("planned slots are active");
+            if a.next.take().is_none() {
+                a.pos += tokens.len();
+                self.metrics.prompt_tokens.fetch_add(tokens.len() as u64, Ordering::Relaxed);
+                if a.pos == a.job.prompt.len() {
+                    slot.aligned_end = a.pos / ub * ub;
+                }
+            }
+            self.metrics.n_tokens_max.fetch_max(slot.cached.len() as u64, Ordering::Relaxed);
+            if last {
+                self.sample(i, l);
+            }
+        }
+        Ok(())
+    }
+
+    /// Samples slot `i`'s next token from `logits` and tells its client.
+    fn sample(&mut self, i: usize, mut logits: Vec<f32>) {
+        let tok = self.tok.clone();
+        let slot = &mut self.slots[i];
+        let n_ctx = slot.state.n_ctx();
+        let n_past = slot.state.n_past();
+        let a = slot.active.as_mut().expect("sampled slots are active");
+        if a.t_first.is_none() {
+            a.t_first = Some(Instant::now());
+        }
+        if a.job.params.ignore_eos {
+            for e in tok.eog_ids() {
+                if let Some(x) = logits.get_mut(e as usize) {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+        }
+        if let Some(c) = a.job.params.constraint.as_mut() {
+            if let Err(e) = c.apply(&mut logits) {
+                let _ = a.job.tx.send(Event::Error(format!("grammar: {e}")));
+                self.release(i, true);
+                return;
+            }
+        }
+        let id = a.sampler.sample(&logits);
+        let probs = (a.job.params.n_probs > 0).then(|| probs_of(&tok, &logits, id, a.job.params.n_probs));
+        a.sampler.accept(id);
+        if let Some(c) = a.job.params.constraint.as_mut() {
+            if let Err(e) = c.accept(id) {
+                let _ = a.job.tx.send(Event::Error(format!("grammar: {e}")));
+                self.release(i, true);
+                return;
+            }
+        }
+        if tok.is_eog(id) && !a.job.params.ignore_eos {
+            self.finish(i, StopType::Eos, String::new(), false);
+            return;
+        }
+        a.generated.push(id);
+        a.pending.extend_from_slice(&tok.token_to_piece(id, false).unwrap_or_default());
+        let from = a.text.len();
+        a.text.push_str(&drain_utf8(&mut a.pending, false));
+        if let Some((p, word)) = find_stop(&a.text, from, &a.job.params.stop) {
+            let word = word.to_string();
+            a.text.truncate(p);
+            let text = a.text.get(a.sent..).unwrap_or_default().to_string();
+            a.sent = a.text.len().max(a.sent);
+            let _ = a.job.tx.send(Event::Token { slot: i, id, text, probs });
+            self.finish(i, StopType::Word, word, false);
+            return;
+        }
+        let hold = partial_stop_len(&a.text, &a.job.params.stop);
+        let upto = a.text.len() - hold;
+        let text = if upto > a.sent { a.text[a.sent..upto].to_string() } else { String::new() };
+        a.sent = a.sent.max(upto);
+        if a.job.tx.send(Event::Token { slot: i, id, text, probs }).is_err() {
+            self.release(i, false);
+            return;
+        }
+        let n_decoded = a.generated.len();
+        if a.job.params.n_predict.is_some_and(|n| n_decoded >= n) {
+            self.finish(i, StopType::Limit, String::new(), false);
+        } else if n_past + 1 > n_ctx {
+            self.finish(i, StopType::Limit, String::new(), true);
+        } else if a.job.params.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+            self.finish(i, StopType::Eos, String::new(), false);
+        } else {
+            a.next = Some(id);
+        }
+    }
+
+    /// Sends the rest of the text and the summary, then frees the slot.
+    fn finish(&mut self, i: usize, stop: StopType, word: String, truncated: bool) {
+        let slot = &mut self.slots[i];
+        let Some(a) = slot.active.as_mut() else { return };
+        if stop != StopType::Word {
+            a.text.push_str(&drain_utf8(&mut a.pending, true));
+            if a.text.len() > a.sent {
+                let text = a.text[a.sent..].to_string();
+                a.sent = a.text.len();
+                let _ = a.job.tx.send(Event::Text(text));
+            }
+        }
+        let now = Instant::now();
+        let first = a.t_first.unwrap_or(now);
+        let n_decoded = a.generated.len();
+        let prompt_ms = (first - a.t_start).as_secs_f64() * 1e3;
+        let gen_ms = (now - first).as_secs_f64() * 1e3;
+        let summary = Summary {
+            stop,
+            stopping_word: word,
+            n_prompt: a.job.prompt.len(),
+            n_cached: a.n_cached,
+            n_decoded,
+            prompt_ms,
+            gen_ms,
+            id_slot: slot.id,
+            truncated,
+        };
+        self.metrics.predicted.fetch_add(n_decoded as u64, Ordering::Relaxed);
+        self.metrics.predicted_us.fetch_add((gen_ms * 1e3) as u64, Ordering::Relaxed);
+        self.metrics.prompt_us.fetch_add((prompt_ms * 1e3) as u64, Ordering::Relaxed);
+        let _ = a.job.tx.send(Event::Done(summary));
+        self.release(i, true);
+    }
+
+    /// Frees slot `i`; its cache keeps the evaluated tokens for prefix reuse.
+    fn release(&mut self, i: usize, counted: bool) {
+        let slot = &mut self.slots[i];
+        if let Some(a) = slot.active.take() {
+            if a.pos < a.job.prompt.len() {
+                // the prompt was cut short: only whole aligned chunks stay reusable
+                slot.aligned_end = slot.aligned_end.min(a.pos / self.n_ubatch * self.n_ubatch);
+            }
+            self.metrics.processing.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.requests_done.fetch_add(1, Ordering::Relaxed);
+            let _ = counted;
+        }
+        let n = slot.state.n_past();
+        slot.cached.truncate(n);
+    }
+
+    fn publish(&self) {
+        let mut infos = self.infos.lock().unwrap_or_else(|e| e.into_inner());
+        for (info, s) in infos.iter_mut().zip(&self.slots) {
+            info.is_processing = s.active.is_some();
+            info.id_task = s.active.as_ref().map(|a| a.job.id);
+            info.n_past = s.state.n_past();
+            info.n_decoded = s.active.as_ref().map_or(0, |a| a.generated.len());
+            info.settings = s.active.as_ref().map_or(serde_json::Value::Null, |a| a.job.params.settings.clone());
+        }
+    }
+}
+
+/// Log-softmax of `logits`: the chosen token's log-probability and the `n` most likely.
+fn probs_of(tok: &Tokenizer, logits: &[f32], id: u32, n: usize) -> TokenProbs {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |l: f32| (l as f64 - lse).max(f32::MIN as f64) as f32;
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let n = n.min(idx.len());
+    if n > 0 && n < idx.len() {
+        idx.select_nth_unstable_by(n - 1, |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+    }
+    idx.truncate(n);
+    idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+    TokenProbs {
+        logprob: logits.get(id as usize).map_or(f32::MIN, |&l| lp(l)),
+        top: idx
+            .into_iter()
+            .map(|t| (t, tok.token_to_piece(t, true).unwrap_or_default(), lp(logits[t as usize])))
+            .collect(),
+    }
+}

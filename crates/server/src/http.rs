@@ -1,0 +1,1137 @@
+//! The HTTP side: axum routes with llama-server's paths, API keys, body limits, SSE, and
+//! graceful shutdown. The model loads in the background while `/health` answers 503.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body as HttpBody, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use models::{CacheType, SamplerParams};
+use serde_json::{json, Map, Value};
+use tokenizer::chat::{ChatTemplate, Message};
+use tokenizer::Tokenizer;
+use tokio::sync::mpsc;
+
+use crate::api::{self, Body};
+use crate::engine::{Constrain, Engine, EngineOptions, Event, GenParams, Job, Summary};
+use crate::Error;
+
+/// Server settings (llama-server's flags).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The model file.
+    pub model: PathBuf,
+    /// Listen address.
+    pub host: String,
+    /// Listen port (0 = any free one).
+    pub port: u16,
+    /// Slots (`-np`).
+    pub n_parallel: usize,
+    /// Total context, split over the slots (`-c`; 0 = the model's training context).
+    pub n_ctx: usize,
+    /// Tokens per pass, all slots together (`-b`).
+    pub n_batch: usize,
+    /// Tokens per pass of one sequence (`-ub`).
+    pub n_ubatch: usize,
+    /// Compute threads (`-t`).
+    pub n_threads: usize,
+    /// HTTP worker threads (`--threads-http`; 0 = 2).
+    pub threads_http: usize,
+    /// Model name shown to clients (`-a`).
+    pub alias: Option<String>,
+    /// Accepted API keys (`--api-key`, `--api-key-file`); empty = no auth.
+    pub api_keys: Vec<String>,
+    /// Default generation limit (`-n`; -1 = none).
+    pub n_predict: i64,
+    /// K cache type (`-ctk`).
+    pub cache_type_k: String,
+    /// V cache type (`-ctv`).
+    pub cache_type_v: String,
+    /// Serve `/metrics`.
+    pub metrics: bool,
+    /// Serve `/slots`.
+    pub slots: bool,
+    /// A chat template (a built-in name or Jinja source) instead of the file's.
+    pub chat_template: Option<String>,
+    /// Per-request time limit in seconds (`--timeout`; 0 = none).
+    pub timeout_s: u64,
+    /// Requests that may wait for a slot before new ones get 503.
+    pub queue_size: usize,
+    /// Largest request body in bytes (413 beyond).
+    pub max_body: usize,
+    /// Print the bound address as `listening on http://ADDR` on stdout once ready to accept.
+    pub announce: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model: PathBuf::new(),
+            host: "127.0.0.1".into(),
+            port: 8080,
+            n_parallel: 1,
+            n_ctx: 4096,
+            n_batch: 2048,
+            n_ubatch: 512,
+            n_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads_http: 0,
+            alias: None,
+            api_keys: Vec::new(),
+            n_predict: -1,
+            cache_type_k: "f16".into(),
+            cache_type_v: "f16".into(),
+            metrics: false,
+            slots: true,
+            chat_template: None,
+            timeout_s: 600,
+            queue_size: 64,
+            max_body: 32 << 20,
+            announce: true,
+        }
+    }
+}
+
+/// Makes the constraint for a request's grammar / JSON schema.
+pub type ConstraintMaker = dyn Fn(&GrammarRequest) -> Result<Box<dyn Constrain>, Error> + Send + Sync;
+
+/// What a request asks its output to follow.
+#[derive(Debug, Clone)]
+pub enum GrammarRequest {
+    /// A GBNF grammar (`grammar`).
+    Gbnf(String),
+    /// A JSON schema (`json_schema`, `response_format.json_schema.schema`).
+    JsonSchema(Value),
+    /// Any JSON object (`response_format: {"type": "json_object"}`).
+    JsonObject,
+}
+
+struct Ready {
+    engine: Engine,
+    tok: Arc<Tokenizer>,
+    template: ChatTemplate,
+    model_id: String,
+    n_vocab: usize,
+    n_ctx_train: usize,
+    bos: String,
+    eos: String,
+    constraints: Option<Arc<ConstraintMaker>>,
+}
+
+struct App {
+    cfg: Config,
+    ready: OnceLock<Ready>,
+    load_error: OnceLock<String>,
+    t_start: u64,
+}
+
+impl App {
+    fn ready(&self) -> Result<&Ready, Error> {
+        if let Some(r) = self.ready.get() {
+            return Ok(r);
+        }
+        if let Some(e) = self.load_error.get() {
+            return Err(Error::Unavailable(format!("the model failed to load: {e}")));
+        }
+        Err(Error::Unavailable("Loading model".into()))
+    }
+}
+
+fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready, Error> {
+    let (file, model) = models::load(&cfg.model)?;
+    let md = file.metadata();
+    let tok = Arc::new(Tokenizer::from_gguf(md)?);
+    let template = match &cfg.chat_template {
+        Some(t) if tokenizer::chat::builtin_names().contains(&t.as_str()) => ChatTemplate::builtin(t)?,
+        Some(src) => {
+            let piece = |id: Option<u32>| {
+                id.and_then(|i| tok.token_to_piece(i, true).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
+            };
+            ChatTemplate::new(src, &piece(tok.bos()).unwrap_or_default(), &piece(tok.eos()).unwrap_or_default())?
+        }
+        None => match ChatTemplate::from_gguf(md)? {
+            Some(t) => t,
+            None => ChatTemplate::builtin("chatml")?,
+        },
+    };
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.token_to_piece(i, true).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let n_parallel = cfg.n_parallel.max(1);
+    let n_ctx_total = if cfg.n_ctx == 0 { model.n_ctx_train() } else { cfg.n_ctx };
+    let n_ctx_slot = (n_ctx_total / n_parallel).max(1);
+    let opts = EngineOptions {
+        n_parallel,
+        n_ctx_slot,
+        n_batch: cfg.n_batch.max(1),
+        n_ubatch: cfg.n_ubatch.max(1).min(cfg.n_batch.max(1)),
+        n_threads: cfg.n_threads.max(1),
+        cache_type_k: CacheType::parse(&cfg.cache_type_k)?,
+        cache_type_v: CacheType::parse(&cfg.cache_type_v)?,
+        queue_size: cfg.queue_size,
+    };
+    let model_id = cfg.alias.clone().unwrap_or_else(|| {
+        cfg.model.file_name().map_or_else(|| cfg.model.display().to_string(), |n| n.to_string_lossy().into_owned())
+    });
+    let (n_vocab, n_ctx_train) = (model.n_vocab(), model.n_ctx_train());
+    eprintln!("model: {}", model.describe());
+    eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
+    let engine = Engine::start(model, tok.clone(), &opts)?;
+    Ok(Ready {
+        engine,
+        bos: piece(tok.bos()).unwrap_or_default(),
+        eos: piece(tok.eos()).unwrap_or_default(),
+        tok,
+        template,
+        model_id,
+        n_vocab,
+        n_ctx_train,
+        constraints,
+    })
+}
+
+/// Runs the server until SIGTERM / Ctrl-C: binds first (so `/health` answers 503 while
+/// the model loads), loads, serves; on the signal stops accepting, ends running
+/// generations (clients get what was generated so far) and returns.
+pub fn serve(cfg: Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<(), Error> {
+    let threads = if cfg.threads_http == 0 { 2 } else { cfg.threads_http };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Io(format!("starting the HTTP runtime: {e}")))?;
+    rt.block_on(serve_async(cfg, constraints))
+}
+
+async fn serve_async(cfg: Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<(), Error> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener =
+        tokio::net::TcpListener::bind(&addr).await.map_err(|e| Error::Io(format!("cannot listen on {addr}: {e}")))?;
+    let local: SocketAddr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+    let app =
+        Arc::new(App { cfg: cfg.clone(), ready: OnceLock::new(), load_error: OnceLock::new(), t_start: api::now() });
+    eprintln!("listening on http://{local} (loading {})", cfg.model.display());
+    if cfg.announce {
+        println!("listening on http://{local}");
+    }
+    let loader = app.clone();
+    tokio::task::spawn_blocking(move || match load(&loader.cfg, constraints) {
+        Ok(r) => {
+            let _ = loader.ready.set(r);
+            eprintln!("model loaded; ready");
+        }
+        Err(e) => {
+            eprintln!("error: loading {}: {e}", loader.cfg.model.display());
+            let _ = loader.load_error.set(e.to_string());
+        }
+    });
+    let router = router(app.clone());
+    let stopper = app.clone();
+    let shutdown = async move {
+        wait_for_signal().await;
+        eprintln!("shutting down: no new requests; ending running generations");
+        if let Some(r) = stopper.ready.get() {
+            tokio::task::block_in_place(|| r.engine.shutdown());
+        }
+    };
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| Error::Io(format!("serving: {e}")))?;
+    eprintln!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/models", get(models_list))
+        .route("/v1/models", get(models_list))
+        .route("/props", get(props))
+        .route("/slots", get(slots))
+        .route("/metrics", get(metrics))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/apply-template", post(apply_template))
+        .route("/completion", post(completion))
+        .route("/completions", post(completion))
+        .route("/v1/completions", post(oai_completions))
+        .route("/chat/completions", post(chat_completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(app.clone(), auth))
+        .layer(middleware::from_fn(log_request))
+        .with_state(app)
+}
+
+async fn log_request(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let t0 = Instant::now();
+    let res = next.run(req).await;
+    eprintln!("request: {method} {path} {} {:.1} ms", res.status().as_u16(), t0.elapsed().as_secs_f64() * 1e3);
+    res
+}
+
+/// llama-server's public endpoints: no key needed.
+const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+
+async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if app.cfg.api_keys.is_empty() || PUBLIC.contains(&req.uri().path()) || req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let h = req.headers();
+    let bearer = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()));
+    match bearer {
+        Some(k) if app.cfg.api_keys.iter().any(|a| a == k) => next.run(req).await,
+        _ => Error::Auth("Invalid API Key".into()).into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    Error::NotFound("File Not Found".into()).into_response()
+}
+
+async fn read_body(app: &App, body: HttpBody) -> Result<Map<String, Value>, Error> {
+    let limit = app.cfg.max_body;
+    let bytes: Bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| Error::TooLarge(format!("the request body is larger than the limit of {limit} bytes")))?;
+    api::parse_object(&bytes)
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    match app.ready() {
+        Ok(_) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn models_list(State(app): State<Arc<App>>) -> Response {
+    let r = match app.ready() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": r.model_id,
+            "object": "model",
+            "created": app.t_start,
+            "owned_by": "llamacpp",
+            "meta": {"n_vocab": r.n_vocab, "n_ctx_train": r.n_ctx_train},
+        }],
+    }))
+    .into_response()
+}
+
+fn build_info() -> String {
+    format!("gguf-engine {}", env!("CARGO_PKG_VERSION"))
+}
+
+async fn props(State(app): State<Arc<App>>) -> Response {
+    let r = match app.ready() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let d = SamplerParams::default();
+    Json(json!({
+        "default_generation_settings": {
+            "id": 0,
+            "n_ctx": r.engine.n_ctx_slot,
+            "params": {
+                "n_predict": app.cfg.n_predict,
+                "temperature": d.temp, "top_k": d.top_k, "top_p": d.top_p, "min_p": d.min_p,
+                "repeat_penalty": d.repeat_penalty, "repeat_last_n": d.repeat_last_n,
+            },
+        },
+        "total_slots": r.engine.n_parallel,
+        "model_alias": r.model_id,
+        "model_path": app.cfg.model.display().to_string(),
+        "chat_template": r.template.source(),
+        "bos_token": r.bos,
+        "eos_token": r.eos,
+        "build_info": build_info(),
+        "modalities": {"vision": false, "audio": false},
+    }))
+    .into_response()
+}
+
+async fn slots(State(app): State<Arc<App>>) -> Response {
+    if !app.cfg.slots {
+        return Error::NotSupported("This server does not support slots endpoint. Start it with `--slots`".into())
+            .into_response();
+    }
+    let r = match app.ready() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let infos = r.engine.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let v: Vec<Value> = infos
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "id_task": s.id_task.map_or(-1, |t| t as i64),
+                "n_ctx": s.n_ctx,
+                "speculative": false,
+                "is_processing": s.is_processing,
+                "params": s.settings,
+                "next_token": [{"has_next_token": s.is_processing, "n_decoded": s.n_decoded}],
+                "n_past": s.n_past,
+            })
+        })
+        .collect();
+    Json(Value::Array(v)).into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    if !app.cfg.metrics {
+        return Error::NotSupported("This server does not support metrics endpoint. Start it with `--metrics`".into())
+            .into_response();
+    }
+    let r = match app.ready() {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let m = &r.engine.metrics;
+    let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
+    let n_decode = ld(&m.n_decode);
+    let rate = |n: f64, us: f64| if us > 0.0 { n / (us / 1e6) } else { 0.0 };
+    let counters = [
+        ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", ld(&m.prompt_tokens)),
+        ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", ld(&m.prompt_cached)),
+        ("prompt_seconds_total", "Total time spent processing prompts", ld(&m.prompt_us) / 1e6),
+        ("tokens_predicted_total", "Number of generation tokens processed", ld(&m.predicted)),
+        ("tokens_predicted_seconds_total", "Total time spent generating tokens", ld(&m.predicted_us) / 1e6),
+        ("n_decode_total", "Total number of batch passes", n_decode),
+        ("n_tokens_max", "Largest observed sequence length (prompt + generation)", ld(&m.n_tokens_max)),
+        ("requests_total", "Number of generation requests accepted", ld(&m.requests)),
+        ("requests_finished_total", "Number of generation requests finished or cancelled", ld(&m.requests_done)),
+        ("requests_rejected_total", "Number of requests refused because the queue was full", ld(&m.rejected)),
+    ];
+    let gauges = [
+        (
+            "prompt_tokens_seconds",
+            "Average prompt throughput in tokens/s",
+            rate(ld(&m.prompt_tokens), ld(&m.prompt_us)),
+        ),
+        (
+            "predicted_tokens_seconds",
+            "Average generation throughput in tokens/s",
+            rate(ld(&m.predicted), ld(&m.predicted_us)),
+        ),
+        ("requests_processing", "Number of requests processing", m.processing.load(Ordering::Relaxed) as f64),
+        ("requests_deferred", "Number of requests deferred", m.deferred.load(Ordering::Relaxed) as f64),
+        (
+            "n_busy_slots_per_decode",
+            "Average number of busy slots per batch pass",
+            ld(&m.busy_slots) / n_decode.max(1.0),
+        ),
+    ];
+    let mut out = String::new();
+    for (ty, items) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
+        for (name, help, v) in items {
+            out += &format!("# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {ty}\nllamacpp:{name} {v}\n");
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+async fn tokenize(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    let res = async {
+        let r = app.ready()?;
+        let m = read_body(&app, body).await?;
+        let b = Body(&m);
+        let content = b.str("content")?.unwrap_or_default();
+        let add_special = b.bool("add_special")?.unwrap_or(false);
+        let parse_special = b.bool("parse_special")?.unwrap_or(true);
+        let with_pieces = b.bool("with_pieces")?.unwrap_or(false);
+        let ids = r.tok.encode(content, add_special, parse_special)?;
+        let tokens: Vec<Value> = if with_pieces {
+            ids.iter()
+                .map(|&id| {
+                    let p = r.tok.token_to_piece(id, true).unwrap_or_default();
+                    match String::from_utf8(p) {
+                        Ok(s) => json!({"id": id, "piece": s}),
+                        Err(e) => json!({"id": id, "piece": e.into_bytes()}),
+                    }
+                })
+                .collect()
+        } else {
+            ids.iter().map(|&id| json!(id)).collect()
+        };
+        Ok::<_, Error>(Json(json!({ "tokens": tokens })))
+    };
+    res.await.into_response()
+}
+
+fn token_list(v: &Value, n_vocab: usize, key: &str) -> Result<Vec<u32>, Error> {
+    let Some(a) = v.as_array() else { return Err(Error::Invalid(format!("\"{key}\" must be a list of token ids"))) };
+    a.iter()
+        .map(|t| match t.as_u64() {
+            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
+            Some(id) => Err(Error::Invalid(format!("token id {id} is out of range (vocabulary of {n_vocab})"))),
+            None => Err(Error::Invalid(format!("\"{key}\" must hold token ids, got {t}"))),
+        })
+        .collect()
+}
+
+async fn detokenize(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    let res = async {
+        let r = app.ready()?;
+        let m = read_body(&app, body).await?;
+        let ids = match m.get("tokens") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => token_list(v, r.n_vocab, "tokens")?,
+        };
+        let mut bytes = Vec::new();
+        for id in ids {
+            bytes.extend(r.tok.token_to_piece(id, true)?);
+        }
+        Ok::<_, Error>(Json(json!({"content": String::from_utf8_lossy(&bytes)})))
+    };
+    res.await.into_response()
+}
+
+fn render_chat(r: &Ready, m: &Map<String, Value>) -> Result<String, Error> {
+    let Some(Value::Array(msgs)) = m.get("messages") else {
+        return Err(Error::Invalid("\"messages\" must be a list of messages".into()));
+    };
+    if msgs.is_empty() {
+        return Err(Error::Invalid("\"messages\" must not be empty".into()));
+    }
+    let mut messages = Vec::with_capacity(msgs.len());
+    for v in msgs {
+        messages.push(Message::from_json(&api::message_text(v)?)?);
+    }
+    let tools = m.get("tools").filter(|t| !t.is_null());
+    Ok(r.template.render(&messages, true, tools)?)
+}
+
+async fn apply_template(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    let res = async {
+        let r = app.ready()?;
+        let m = read_body(&app, body).await?;
+        Ok::<_, Error>(Json(json!({"prompt": render_chat(r, &m)?})))
+    };
+    res.await.into_response()
+}
+
+/// Which protocol a generation request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// llama-server's `/completion`.
+    Llama,
+    /// OpenAI `/v1/completions`.
+    Completions,
+    /// OpenAI `/v1/chat/completions`.
+    Chat,
+}
+
+async fn completion(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    generate(app, Kind::Llama, body).await
+}
+
+async fn oai_completions(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    generate(app, Kind::Completions, body).await
+}
+
+async fn chat_completions(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    generate(app, Kind::Chat, body).await
+}
+
+/// The prompt's tokens and text.
+fn prompt_of(r: &Ready, kind: Kind, m: &Map<String, Value>) -> Result<(Vec<u32>, String), Error> {
+    let text = match kind {
+        Kind::Chat => render_chat(r, m)?,
+        Kind::Llama | Kind::Completions => match m.get("prompt") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(a)) if kind == Kind::Completions && a.len() == 1 && a[0].is_string() => {
+                a[0].as_str().unwrap_or_default().to_string()
+            }
+            Some(v @ Value::Array(a)) if a.iter().all(Value::is_u64) => {
+                let ids = token_list(v, r.n_vocab, "prompt")?;
+                let text = String::from_utf8_lossy(&r.tok.decode(&ids, false, true)?).into_owned();
+                return Ok((ids, text));
+            }
+            Some(Value::Array(a)) => {
+                // llama-server's mixed form: strings and token ids, concatenated
+                let mut ids = Vec::new();
+                for (i, p) in a.iter().enumerate() {
+                    match p {
+                        Value::String(s) => ids.extend(r.tok.encode(s, i == 0, true)?),
+                        Value::Number(_) => {
+                            ids.extend(token_list(&Value::Array(vec![p.clone()]), r.n_vocab, "prompt")?)
+                        }
+                        _ => {
+                            return Err(Error::Invalid(
+                                "\"prompt\" must be a string or a list of strings and token ids".into(),
+                            ))
+                        }
+                    }
+                }
+                let text = String::from_utf8_lossy(&r.tok.decode(&ids, false, true)?).into_owned();
+                return Ok((ids, text));
+            }
+            None | Some(Value::Null) => return Err(Error::Invalid("\"prompt\" is required".into())),
+            Some(v) => {
+                return Err(Error::Invalid(format!("\"prompt\" must be a string or a list of token ids, got {v}")))
+            }
+        },
+    };
+    let ids = r.tok.encode(&text, true, true)?;
+    Ok((ids, text))
+}
+
+struct Parsed {
+    params: GenParams,
+    stream: bool,
+    include_usage: bool,
+    logprobs: bool,
+}
+
+fn grammar_request(kind: Kind, b: &Body<'_>) -> Result<Option<GrammarRequest>, Error> {
+    if let Some(g) = b.str("grammar")? {
+        if !g.trim().is_empty() {
+            return Ok(Some(GrammarRequest::Gbnf(g.to_string())));
+        }
+    }
+    if let Some(s) = b.get("json_schema") {
+        if !s.is_object() {
+            return Err(Error::Invalid("\"json_schema\" must be an object".into()));
+        }
+        return Ok(Some(GrammarRequest::JsonSchema(s.clone())));
+    }
+    let Some(rf) = b.get("response_format") else { return Ok(None) };
+    let Some(o) = rf.as_object() else { return Err(Error::Invalid("\"response_format\" must be an object".into())) };
+    let _ = kind;
+    match o.get("type").and_then(Value::as_str) {
+        Some("text") | None => Ok(None),
+        Some("json_object") => Ok(Some(match o.get("schema") {
+            Some(s) if s.is_object() => GrammarRequest::JsonSchema(s.clone()),
+            _ => GrammarRequest::JsonObject,
+        })),
+        Some("json_schema") => {
+            let js = o.get("json_schema").and_then(Value::as_object);
+            match js.and_then(|j| j.get("schema")).or_else(|| o.get("schema")) {
+                Some(s) if s.is_object() => Ok(Some(GrammarRequest::JsonSchema(s.clone()))),
+                _ => Err(Error::Invalid("\"response_format.json_schema.schema\" must be an object".into())),
+            }
+        }
+        Some(t) => Err(Error::Invalid(format!(
+            "\"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\", got \"{t}\""
+        ))),
+    }
+}
+
+fn logit_bias(v: Option<&Value>, r: &Ready) -> Result<Vec<(u32, f32)>, Error> {
+    let mut out = Vec::new();
+    let bias_of = |b: &Value| -> Result<f32, Error> {
+        match b {
+            Value::Bool(false) => Ok(f32::NEG_INFINITY),
+            Value::Number(n) => Ok(n.as_f64().unwrap_or(0.0) as f32),
+            _ => Err(Error::Invalid(format!("a logit bias must be a number or false, got {b}"))),
+        }
+    };
+    let mut add = |key: &Value, b: &Value| -> Result<(), Error> {
+        let bias = bias_of(b)?;
+        match key {
+            Value::Number(n) if n.as_u64().is_some_and(|i| (i as usize) < r.n_vocab) => {
+                out.push((n.as_u64().unwrap_or(0) as u32, bias))
+            }
+            Value::String(s) => match s.parse::<u64>() {
+                Ok(i) if (i as usize) < r.n_vocab => out.push((i as u32, bias)),
+                Ok(i) => return Err(Error::Invalid(format!("logit_bias token {i} is out of range"))),
+                Err(_) => {
+                    for id in r.tok.encode(s, false, false)? {
+                        out.push((id, bias));
+                    }
+                }
+            },
+            _ => return Err(Error::Invalid(format!("logit_bias token {key} is out of range or not a token"))),
+        }
+        Ok(())
+    };
+    match v {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(o)) => {
+            for (k, b) in o {
+                add(&Value::String(k.clone()), b)?;
+            }
+        }
+        Some(Value::Array(a)) => {
+            for e in a {
+                match e.as_array().map(Vec::as_slice) {
+                    Some([k, b]) => add(k, b)?,
+                    _ => return Err(Error::Invalid(format!("logit_bias entries must be [token, bias], got {e}"))),
+                }
+            }
+        }
+        Some(v) => return Err(Error::Invalid(format!("\"logit_bias\" must be an object or a list, got {v}"))),
+    }
+    Ok(out)
+}
+
+fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Result<Parsed, Error> {
+    let b = Body(m);
+    let d = SamplerParams::default();
+    let seed = match b.i64("seed")? {
+        Some(s) if s >= 0 && s != u32::MAX as i64 => s as u64,
+        _ => rand::random::<u32>() as u64,
+    };
+    let sampler = SamplerParams {
+        temp: b.f32("temperature")?.unwrap_or(d.temp),
+        top_k: b.i64("top_k")?.map_or(d.top_k, |k| k.max(0) as usize),
+        top_p: b.f32("top_p")?.unwrap_or(d.top_p),
+        min_p: b.f32("min_p")?.unwrap_or(d.min_p),
+        repeat_penalty: b.f32("repeat_penalty")?.unwrap_or(d.repeat_penalty),
+        repeat_last_n: b.i64("repeat_last_n")?.map_or(d.repeat_last_n, |n| if n < 0 { usize::MAX } else { n as usize }),
+        frequency_penalty: b.f32("frequency_penalty")?.unwrap_or(0.0),
+        presence_penalty: b.f32("presence_penalty")?.unwrap_or(0.0),
+        logit_bias: logit_bias(b.get("logit_bias"), r)?,
+        seed,
+    };
+    let n_predict = match kind {
+        Kind::Llama => b.i64("n_predict")?,
+        _ => match b.i64("max_completion_tokens")? {
+            Some(n) => Some(n),
+            None => b.i64("max_tokens")?,
+        },
+    }
+    .or(b.i64("n_predict")?)
+    .unwrap_or(app.cfg.n_predict);
+    let n_predict = if n_predict < 0 { None } else { Some(n_predict as usize) };
+    let (n_probs, logprobs) = match kind {
+        Kind::Chat => {
+            let on = b.bool("logprobs")?.unwrap_or(false);
+            let top = b.usize("top_logprobs")?.unwrap_or(0);
+            if top > 0 && !on {
+                return Err(Error::Invalid("\"top_logprobs\" requires \"logprobs\": true".into()));
+            }
+            (if on { top.max(1) } else { 0 }, on)
+        }
+        Kind::Completions => match b.get("logprobs") {
+            Some(Value::Bool(on)) => (usize::from(*on), *on),
+            Some(_) => {
+                let n = b.usize("logprobs")?.unwrap_or(0);
+                (n, n > 0)
+            }
+            None => (0, false),
+        },
+        Kind::Llama => {
+            let n = b.usize("n_probs")?.unwrap_or(0);
+            (n, n > 0)
+        }
+    };
+    if n_probs > 100 {
+        return Err(Error::Invalid(format!("at most 100 top log-probabilities, asked for {n_probs}")));
+    }
+    let stream = b.bool("stream")?.unwrap_or(false);
+    let include_usage = match b.get("stream_options") {
+        Some(Value::Object(o)) => o.get("include_usage").and_then(Value::as_bool).unwrap_or(false),
+        Some(v) => return Err(Error::Invalid(format!("\"stream_options\" must be an object, got {v}"))),
+        None => false,
+    };
+    let constraint = match grammar_request(kind, &b)? {
+        None => None,
+        Some(g) => match &r.constraints {
+            Some(make) => Some(make(&g)?),
+            None => return Err(Error::NotSupported("this server was built without grammar support".into())),
+        },
+    };
+    let id_slot = match b.i64("id_slot")? {
+        Some(i) if i >= 0 => Some(i as usize),
+        _ => None,
+    };
+    let settings = json!({
+        "n_predict": n_predict.map_or(-1, |n| n as i64),
+        "seed": sampler.seed,
+        "temperature": sampler.temp,
+        "top_k": sampler.top_k,
+        "top_p": sampler.top_p,
+        "min_p": sampler.min_p,
+        "repeat_penalty": sampler.repeat_penalty,
+        "repeat_last_n": sampler.repeat_last_n,
+        "presence_penalty": sampler.presence_penalty,
+        "frequency_penalty": sampler.frequency_penalty,
+        "n_probs": n_probs,
+        "stream": stream,
+    });
+    let timeout = app.cfg.timeout_s;
+    Ok(Parsed {
+        params: GenParams {
+            sampler,
+            n_predict,
+            stop: b.strings("stop")?,
+            n_probs,
+            ignore_eos: b.bool("ignore_eos")?.unwrap_or(false),
+            cache_prompt: b.bool("cache_prompt")?.unwrap_or(true),
+            constraint,
+            deadline: (timeout > 0).then(|| Instant::now() + Duration::from_secs(timeout)),
+            id_slot,
+            settings,
+        },
+        stream,
+        include_usage,
+        logprobs,
+    })
+}
+
+/// What a response needs to know of its request.
+struct Meta {
+    kind: Kind,
+    id: String,
+    model: String,
+    created: u64,
+    stream: bool,
+    include_usage: bool,
+    logprobs: bool,
+    prompt_text: String,
+    settings: Value,
+    tok: Arc<Tokenizer>,
+}
+
+async fn generate(app: Arc<App>, kind: Kind, body: HttpBody) -> Response {
+    match start(&app, kind, body).await {
+        Ok((meta, rx)) if meta.stream => stream_response(meta, rx),
+        Ok((meta, rx)) => collect_response(meta, rx).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn start(app: &Arc<App>, kind: Kind, body: HttpBody) -> Result<(Meta, mpsc::UnboundedReceiver<Event>), Error> {
+    let r = app.ready()?;
+    let m = read_body(app, body).await?;
+    let Parsed { params, stream, include_usage, logprobs } = parse_params(app, r, kind, &m)?;
+    let (prompt, prompt_text) = prompt_of(r, kind, &m)?;
+    if prompt.is_empty() {
+        return Err(Error::Invalid("the prompt is empty (it has no tokens)".into()));
+    }
+    let n_ctx = r.engine.n_ctx_slot;
+    if prompt.len() >= n_ctx {
+        return Err(Error::ExceedContext(format!(
+            "request ({} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it",
+            prompt.len()
+        )));
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let id = r.engine.next_id();
+    let settings = params.settings.clone();
+    r.engine.submit(Job { id, prompt, params, tx })?;
+    let prefix = match kind {
+        Kind::Chat => "chatcmpl-",
+        _ => "cmpl-",
+    };
+    Ok((
+        Meta {
+            kind,
+            id: api::random_id(prefix),
+            model: r.model_id.clone(),
+            created: api::now(),
+            stream,
+            include_usage,
+            logprobs,
+            prompt_text,
+            settings,
+            tok: r.tok.clone(),
+        },
+        rx,
+    ))
+}
+
+/// What a generation produced, gathered.
+#[derive(Default)]
+struct Gathered {
+    text: String,
+    tokens: Vec<u32>,
+    probs: Vec<Value>,
+    slot: usize,
+}
+
+impl Gathered {
+    fn add(&mut self, tok: &Tokenizer, ev: &Event) {
+        match ev {
+            Event::Token { slot, id, text, probs } => {
+                self.slot = *slot;
+                self.text.push_str(text);
+                self.tokens.push(*id);
+                if let Some(p) = probs {
+                    self.probs.push(api::prob_entry(*id, &tok.token_to_piece(*id, true).unwrap_or_default(), p));
+                }
+            }
+            Event::Text(t) => self.text.push_str(t),
+            Event::Done(_) | Event::Error(_) => {}
+        }
+    }
+}
+
+fn finish_reason(s: &Summary) -> &'static str {
+    s.stop.finish_reason()
+}
+
+fn final_llama(meta: &Meta, g: &Gathered, s: &Summary, stream: bool) -> Value {
+    let mut v = json!({
+        "index": 0,
+        "content": if stream { "" } else { g.text.as_str() },
+        "tokens": if stream { Vec::new() } else { g.tokens.clone() },
+        "id_slot": s.id_slot,
+        "stop": true,
+        "model": meta.model,
+        "tokens_predicted": s.n_decoded,
+        "tokens_evaluated": s.n_prompt,
+        "generation_settings": meta.settings,
+        "prompt": meta.prompt_text,
+        "has_new_line": g.text.contains('\n'),
+        "truncated": s.truncated,
+        "stop_type": s.stop.as_str(),
+        "stopping_word": s.stopping_word,
+        "tokens_cached": s.n_prompt + s.n_decoded,
+        "timings": api::timings(s),
+    });
+    if !stream && !g.probs.is_empty() {
+        v["completion_probabilities"] = Value::Array(g.probs.clone());
+    }
+    v
+}
+
+fn final_completions(meta: &Meta, g: &Gathered, s: &Summary, stream: bool) -> Value {
+    let logprobs = if !stream && meta.logprobs { json!({"content": g.probs}) } else { Value::Null };
+    json!({
+        "choices": [{
+            "text": if stream { "" } else { g.text.as_str() },
+            "index": 0,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(s),
+        }],
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": build_info(),
+        "object": "text_completion",
+        "usage": api::usage(s),
+        "id": meta.id,
+        "timings": api::timings(s),
+    })
+}
+
+fn final_chat(meta: &Meta, g: &Gathered, s: &Summary) -> Value {
+    let content = if g.text.is_empty() { Value::Null } else { Value::String(g.text.clone()) };
+    let mut choice = json!({
+        "finish_reason": finish_reason(s),
+        "index": 0,
+        "message": {"role": "assistant", "content": content},
+    });
+    if meta.logprobs {
+        choice["logprobs"] = json!({"content": g.probs});
+    }
+    json!({
+        "choices": [choice],
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": build_info(),
+        "object": "chat.completion",
+        "usage": api::usage(s),
+        "id": meta.id,
+        "timings": api::timings(s),
+    })
+}
+
+async fn collect_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Response {
+    let mut g = Gathered::default();
+    let tok = meta.tok.clone();
+    while let Some(ev) = rx.recv().await {
+        match &ev {
+            Event::Done(s) => {
+                let v = match meta.kind {
+                    Kind::Llama => final_llama(&meta, &g, s, false),
+                    Kind::Completions => final_completions(&meta, &g, s, false),
+                    Kind::Chat => final_chat(&meta, &g, s),
+                };
+                return Json(v).into_response();
+            }
+            Event::Error(e) => return Error::Io(e.clone()).into_response(),
+            _ => g.add(&tok, &ev),
+        }
+    }
+    Error::Unavailable("the generation was cancelled".into()).into_response()
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+fn chunk(meta: &Meta, choices: Value) -> Value {
+    json!({
+        "choices": choices,
+        "created": meta.created,
+        "id": meta.id,
+        "model": meta.model,
+        "system_fingerprint": build_info(),
+        "object": "chat.completion.chunk",
+    })
+}
+
+fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Response {
+    let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    tokio::spawn(async move {
+        let tok = meta.tok.clone();
+        let mut g = Gathered::default();
+        let mut first = true;
+        let send = |b: Bytes| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(b)).await.is_ok() }
+        };
+        while let Some(ev) = rx.recv().await {
+            let mut events: Vec<Value> = Vec::new();
+            let mut done = false;
+            match &ev {
+                Event::Token { slot, id, text, probs } => {
+                    g.add(&tok, &ev);
+                    let entry = probs
+                        .as_ref()
+                        .map(|p| api::prob_entry(*id, &tok.token_to_piece(*id, true).unwrap_or_default(), p));
+                    match meta.kind {
+                        Kind::Llama => {
+                            let mut v = json!({
+                                "index": 0, "content": text, "tokens": [id], "stop": false, "id_slot": slot,
+                                "tokens_predicted": g.tokens.len(), "tokens_evaluated": Value::Null,
+                            });
+                            if let Some(e) = entry {
+                                v["completion_probabilities"] = json!([e]);
+                            }
+                            events.push(v);
+                        }
+                        Kind::Completions => {
+                            if !text.is_empty() || entry.is_some() {
+                                let lp = entry.map_or(Value::Null, |e| json!({"content": [e]}));
+                                events.push(json!({
+                                    "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": null}],
+                                    "created": meta.created, "model": meta.model, "system_fingerprint": build_info(),
+                                    "object": "text_completion", "id": meta.id,
+                                }));
+                            }
+                        }
+                        Kind::Chat => {
+                            if first {
+                                first = false;
+                                events.push(chunk(
+                                    &meta,
+                                    json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
+                                ));
+                            }
+                            if !text.is_empty() {
+                                let mut c = json!({"finish_reason": null, "index": 0, "delta": {"content": text}});
+                                if let Some(e) = entry {
+                                    c["logprobs"] = json!({"content": [e]});
+                                }
+                                events.push(chunk(&meta, json!([c])));
+                            }
+                        }
+                    }
+                }
+                Event::Text(t) => {
+                    g.add(&tok, &ev);
+                    match meta.kind {
+                        Kind::Llama => events.push(json!({"index": 0, "content": t, "tokens": [], "stop": false})),
+                        Kind::Completions => events.push(json!({
+                            "choices": [{"text": t, "index": 0, "logprobs": null, "finish_reason": null}],
+                            "created": meta.created, "model": meta.model, "system_fingerprint": build_info(),
+                            "object": "text_completion", "id": meta.id,
+                        })),
+                        Kind::Chat => {
+                            if first {
+                                first = false;
+                                events.push(chunk(
+                                    &meta,
+                                    json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
+                                ));
+                            }
+                            events.push(chunk(
+                                &meta,
+                                json!([{"finish_reason": null, "index": 0, "delta": {"content": t}}]),
+                            ));
+                        }
+                    }
+                }
+                Event::Done(s) => {
+                    done = true;
+                    match meta.kind {
+                        Kind::Llama => events.push(final_llama(&meta, &g, s, true)),
+                        Kind::Completions => events.push(final_completions(&meta, &g, s, true)),
+                        Kind::Chat => {
+                            if first {
+                                events.push(chunk(
+                                    &meta,
+                                    json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
+                                ));
+                            }
+                            let mut last =
+                                chunk(&meta, json!([{"finish_reason": finish_reason(s), "index": 0, "delta": {}}]));
+                            if meta.include_usage {
+                                events.push(last);
+                                last = chunk(&meta, json!([]));
+                                last["usage"] = api::usage(s);
+                            }
+                            last["timings"] = api::timings(s);
+                            events.push(last);
+                        }
+                    }
+                }
+                Event::Error(e) => {
+                    done = true;
+                    events.push(json!({"error": Error::Io(e.clone()).to_json()}));
+                }
+            }
+            for v in &events {
+                if !send(sse(v)).await {
+                    return; // the client is gone: dropping `rx` frees the slot
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        if meta.kind != Kind::Llama {
+            let _ = send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        }
+    });
+    let body = HttpBody::from_stream(tokio_stream::wrappers::ReceiverStream::new(out));
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+    (StatusCode::OK, headers, body).into_response()
+}
