@@ -250,15 +250,16 @@ def test_sigterm_during_streams(start_server):
         assert "client-timeout" not in results.values(), f"streams left hanging: {results}"
 
 
-FULL_QUEUE_ARGS = os.environ.get("GGUF_FULL_QUEUE_ARGS", "").split()
-FULL_QUEUE_CLIENTS = int(os.environ.get("GGUF_FULL_QUEUE_CLIENTS", "48"))
+# gguf serve: --queue-size N (requests that may wait for a slot; beyond, 503)
+FULL_QUEUE_ARGS = os.environ.get("GGUF_FULL_QUEUE_ARGS", "--queue-size 2").split()
+FULL_QUEUE_CLIENTS = int(os.environ.get("GGUF_FULL_QUEUE_CLIENTS", "12"))
 
 
 @pytest.mark.skipif(IS_LLAMA, reason="llama-server queues without bound; the 503 on a full queue is ours")
 def test_full_queue_503(start_server):
     """-np 1 and a flood of concurrent requests: every answer is 200 or 503 (OpenAI error object), at
     least one 503 shows the queue limit works, and the server serves normally afterwards.
-    GGUF_FULL_QUEUE_ARGS adds flags (e.g. a queue-size option) to make the queue small."""
+    GGUF_FULL_QUEUE_ARGS (default "--queue-size 2") makes the queue small."""
     s = start_server(np=1, ctx=1024, extra=FULL_QUEUE_ARGS)
     statuses, bodies = [], []
     lock = threading.Lock()
