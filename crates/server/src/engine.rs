@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -227,7 +227,8 @@ pub struct EngineOptions {
 
 /// The HTTP side's handle on the scheduler.
 pub struct Engine {
-    tx: Mutex<Option<SyncSender<Job>>>,
+    tx: Mutex<Option<Sender<Job>>>,
+    queue_size: usize,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Slot states.
@@ -258,7 +259,7 @@ impl Engine {
             })?;
             slots.push(Slot { id, state: st, cached: Vec::new(), aligned_end: 0, active: None, last_used: 0 });
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel(opts.queue_size);
+        let (tx, rx) = std::sync::mpsc::channel();
         let metrics = Arc::new(Metrics::default());
         let infos = Arc::new(Mutex::new(
             (0..n_parallel).map(|id| SlotInfo { id, n_ctx: opts.n_ctx_slot, ..Default::default() }).collect(),
@@ -283,6 +284,7 @@ impl Engine {
             .map_err(|e| Error::Io(format!("starting the scheduler thread: {e}")))?;
         Ok(Engine {
             tx: Mutex::new(Some(tx)),
+            queue_size: opts.queue_size,
             metrics,
             slots: infos,
             n_ctx_slot: opts.n_ctx_slot,
@@ -298,24 +300,29 @@ impl Engine {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Queues a job; `Err` when the queue is full or the engine is stopping.
+    /// Queues a job; `Err` when `queue_size` requests already wait beyond the free slots,
+    /// or the engine is stopping.
     pub fn submit(&self, job: Job) -> Result<(), Error> {
         let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let Some(tx) = guard.as_ref() else {
             return Err(Error::Unavailable("the server is shutting down".into()));
         };
-        match tx.try_send(job) {
-            Ok(()) => {
-                self.metrics.requests.fetch_add(1, Ordering::Relaxed);
-                self.metrics.deferred.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(TrySendError::Full(_)) => {
-                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-                Err(Error::Unavailable("the request queue is full; try again later".into()))
-            }
-            Err(TrySendError::Disconnected(_)) => Err(Error::Unavailable("the scheduler has stopped".into())),
+        let m = &self.metrics;
+        let free = self.n_parallel.saturating_sub(m.processing.load(Ordering::SeqCst));
+        if m.deferred.load(Ordering::SeqCst) >= free + self.queue_size {
+            m.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Unavailable(format!(
+                "the request queue is full ({} waiting); try again later",
+                self.queue_size
+            )));
         }
+        m.deferred.fetch_add(1, Ordering::SeqCst);
+        if tx.send(job).is_err() {
+            m.deferred.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::Unavailable("the scheduler has stopped".into()));
+        }
+        m.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Stops taking jobs, ends running ones (their clients get what was generated, with

@@ -182,6 +182,12 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         cfg.model.file_name().map_or_else(|| cfg.model.display().to_string(), |n| n.to_string_lossy().into_owned())
     });
     let (n_vocab, n_ctx_train) = (model.n_vocab(), model.n_ctx_train());
+    if tok.n_vocab() > n_vocab {
+        return Err(Error::Invalid(format!(
+            "the tokenizer has {} tokens but the model's output has only {n_vocab} rows",
+            tok.n_vocab()
+        )));
+    }
     eprintln!("model: {}", model.describe());
     eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
     let engine = Engine::start(model, tok.clone(), &opts)?;
@@ -202,16 +208,90 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
 /// the model loads), loads, serves; on the signal stops accepting, ends running
 /// generations (clients get what was generated so far) and returns.
 pub fn serve(cfg: Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<(), Error> {
+    let rt = runtime(&cfg)?;
+    rt.block_on(async {
+        let (listener, app) = bind(cfg, constraints).await?;
+        run(listener, app, wait_for_signal()).await
+    })
+}
+
+/// A server running on background threads (for tests and embedding).
+pub struct Handle {
+    /// The bound address.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+}
+
+impl Handle {
+    /// Shuts down as a SIGTERM would and waits for it.
+    pub fn stop(mut self) -> Result<(), Error> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), Error> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| Error::Io("the server thread panicked".into()))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+/// Starts a server on background threads; returns once it listens (the model may still
+/// be loading: poll `/health`).
+pub fn spawn(cfg: Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Handle, Error> {
+    let rt = runtime(&cfg)?;
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("gguf-http".into())
+        .spawn(move || {
+            rt.block_on(async {
+                let (listener, app) = match bind(cfg, constraints).await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = addr_tx.send(Err(e.to_string()));
+                        return Ok(());
+                    }
+                };
+                let addr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
+                let _ = addr_tx.send(Ok(addr));
+                run(listener, app, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            })
+        })
+        .map_err(|e| Error::Io(format!("starting the server thread: {e}")))?;
+    match addr_rx.recv() {
+        Ok(Ok(addr)) => Ok(Handle { addr, stop: Some(stop_tx), thread: Some(thread) }),
+        Ok(Err(e)) => Err(Error::Io(e)),
+        Err(_) => Err(Error::Io("the server thread ended before listening".into())),
+    }
+}
+
+fn runtime(cfg: &Config) -> Result<tokio::runtime::Runtime, Error> {
     let threads = if cfg.threads_http == 0 { 2 } else { cfg.threads_http };
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
         .build()
-        .map_err(|e| Error::Io(format!("starting the HTTP runtime: {e}")))?;
-    rt.block_on(serve_async(cfg, constraints))
+        .map_err(|e| Error::Io(format!("starting the HTTP runtime: {e}")))
 }
 
-async fn serve_async(cfg: Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<(), Error> {
+async fn bind(
+    cfg: Config,
+    constraints: Option<Arc<ConstraintMaker>>,
+) -> Result<(tokio::net::TcpListener, Arc<App>), Error> {
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener =
         tokio::net::TcpListener::bind(&addr).await.map_err(|e| Error::Io(format!("cannot listen on {addr}: {e}")))?;
@@ -233,10 +313,18 @@ async fn serve_async(cfg: Config, constraints: Option<Arc<ConstraintMaker>>) -> 
             let _ = loader.load_error.set(e.to_string());
         }
     });
+    Ok((listener, app))
+}
+
+async fn run(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    signal: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let router = router(app.clone());
     let stopper = app.clone();
     let shutdown = async move {
-        wait_for_signal().await;
+        signal.await;
         eprintln!("shutting down: no new requests; ending running generations");
         if let Some(r) = stopper.ready.get() {
             tokio::task::block_in_place(|| r.engine.shutdown());

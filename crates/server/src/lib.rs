@@ -13,4 +13,4 @@ pub mod http;
 pub mod text;
 
 pub use error::Error;
-pub use http::{serve, Config};
+pub use http::{serve, spawn, Config, Handle};

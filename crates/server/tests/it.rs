@@ -1,0 +1,430 @@
+//! `gguf serve` end to end on a tiny random model with a byte-level tokenizer (written by
+//! the project's writer, so CI needs no download): every endpoint's shape, batching that
+//! does not change any sequence's tokens, and each kind of bad input or fault.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use models::synthetic::{write, Tiny};
+use serde_json::{json, Value};
+
+struct Srv {
+    handle: Option<server::Handle>,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+fn model(dir: &tempfile::TempDir) -> PathBuf {
+    let mut t = Tiny::new("llama");
+    t.tokenizer = true;
+    t.n_vocab = 257;
+    let p = dir.path().join("tiny.gguf");
+    write(&t, &p, None, &[]).unwrap();
+    p
+}
+
+fn start(f: impl FnOnce(&mut server::Config)) -> Srv {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = server::Config {
+        model: model(&dir),
+        port: 0,
+        n_parallel: 4,
+        n_ctx: 1024,
+        n_threads: 2,
+        announce: false,
+        metrics: true,
+        ..Default::default()
+    };
+    f(&mut cfg);
+    let handle = server::spawn(cfg, None).unwrap();
+    let base = format!("http://{}", handle.addr);
+    let t0 = Instant::now();
+    loop {
+        match ureq::get(&format!("{base}/health")).call() {
+            Ok(r) if r.status() == 200 => break,
+            _ if t0.elapsed() > Duration::from_secs(30) => panic!("the server did not become ready"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    Srv { handle: Some(handle), base, _dir: dir }
+}
+
+impl Srv {
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, &body.to_string(), &[])
+    }
+
+    fn post_raw(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut req = ureq::post(&format!("{}{path}", self.base)).set("Content-Type", "application/json");
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let res = match req.send_string(body) {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{path}: {e}"),
+        };
+        let code = res.status();
+        let text = res.into_string().unwrap();
+        (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        match ureq::get(&format!("{}{path}", self.base)).call() {
+            Ok(r) => (r.status(), r.into_string().unwrap()),
+            Err(ureq::Error::Status(c, r)) => (c, r.into_string().unwrap()),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+
+    /// The `data:` payloads of a streamed response.
+    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let res = ureq::post(&format!("{}{path}", self.base)).send_string(&body.to_string()).unwrap();
+        assert_eq!(res.header("content-type"), Some("text/event-stream"));
+        let r = BufReader::new(res.into_reader());
+        r.lines().map_while(Result::ok).filter_map(|l| l.strip_prefix("data: ").map(str::to_string)).collect()
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("llamacpp:{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in {text}"))
+    }
+
+    /// No request running or waiting (and `/slots` agrees).
+    fn idle(&self) -> bool {
+        if self.metric("requests_processing") != 0.0 || self.metric("requests_deferred") != 0.0 {
+            return false;
+        }
+        let (_, s) = self.get("/slots");
+        let v: Value = serde_json::from_str(&s).unwrap();
+        v.as_array().unwrap().iter().all(|s| s["is_processing"] == false)
+    }
+
+    fn wait_idle(&self) {
+        let t0 = Instant::now();
+        while !self.idle() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "slots still busy after 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.stop().unwrap();
+        }
+    }
+}
+
+fn greedy(prompt: &str, n: usize) -> Value {
+    json!({"prompt": prompt, "n_predict": n, "temperature": 0, "ignore_eos": true})
+}
+
+#[test]
+fn endpoints_answer_in_llama_server_and_openai_shapes() {
+    let s = start(|_| {});
+    let (code, models) = s.get("/v1/models");
+    assert_eq!(code, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "tiny.gguf");
+
+    let (code, t) = s.post("/tokenize", &json!({"content": "hello", "with_pieces": true}));
+    assert_eq!(code, 200);
+    assert_eq!(t["tokens"].as_array().unwrap().len(), 5, "{t}");
+    assert_eq!(t["tokens"][0]["piece"], "h");
+    let (_, t) = s.post("/tokenize", &json!({"content": "hello"}));
+    let (_, d) = s.post("/detokenize", &json!({"tokens": t["tokens"]}));
+    assert_eq!(d["content"], "hello");
+    let (_, p) = s.post("/apply-template", &json!({"messages": [{"role": "user", "content": "hi"}]}));
+    assert_eq!(p["prompt"], "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+
+    // /completion
+    let (code, c) = s.post(
+        "/completion",
+        &json!({"prompt": "abc", "n_predict": 6, "temperature": 0, "ignore_eos": true, "n_probs": 3}),
+    );
+    assert_eq!(code, 200, "{c}");
+    for k in [
+        "content",
+        "tokens",
+        "id_slot",
+        "stop",
+        "model",
+        "tokens_predicted",
+        "tokens_evaluated",
+        "generation_settings",
+        "prompt",
+        "stop_type",
+        "stopping_word",
+        "tokens_cached",
+        "timings",
+        "truncated",
+    ] {
+        assert!(c.get(k).is_some(), "/completion has no {k}: {c}");
+    }
+    assert_eq!(c["tokens_predicted"], 6);
+    assert_eq!(c["tokens_evaluated"], 3);
+    assert_eq!(c["stop_type"], "limit");
+    let probs = c["completion_probabilities"].as_array().unwrap();
+    assert_eq!(probs.len(), 6);
+    let top = probs[0]["top_logprobs"].as_array().unwrap();
+    assert_eq!(top.len(), 3);
+    assert!(top[0]["logprob"].as_f64().unwrap() >= top[1]["logprob"].as_f64().unwrap());
+    assert!(top[0]["logprob"].as_f64().unwrap() <= 0.0);
+    // greedy: the chosen token is the most likely one
+    assert_eq!(probs[0]["id"], top[0]["id"]);
+
+    // the stream carries the same tokens
+    let ev = s.stream(
+        "/completion",
+        &json!({"prompt": "abc", "n_predict": 6, "temperature": 0, "ignore_eos": true, "stream": true}),
+    );
+    let parts: Vec<Value> = ev.iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let last = parts.last().unwrap();
+    assert_eq!(last["stop"], true);
+    let text: String = parts.iter().map(|p| p["content"].as_str().unwrap_or_default()).collect();
+    assert_eq!(text, c["content"].as_str().unwrap());
+
+    // chat, non-stream and stream
+    let req = json!({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0, "seed": 1});
+    let (code, r) = s.post("/v1/chat/completions", &req);
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["object"], "chat.completion");
+    assert!(r["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(r["choices"][0]["message"]["role"], "assistant");
+    let u = &r["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    sreq["stream_options"] = json!({"include_usage": true});
+    let ev = s.stream("/v1/chat/completions", &sreq);
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let fin = &chunks[chunks.len() - 2];
+    assert_eq!(fin["choices"][0]["finish_reason"], r["choices"][0]["finish_reason"]);
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"], r["usage"]);
+    let streamed: String =
+        chunks.iter().filter_map(|c| c["choices"].get(0)?["delta"]["content"].as_str().map(str::to_string)).collect();
+    assert_eq!(Value::String(streamed), r["choices"][0]["message"]["content"].clone());
+
+    // /v1/completions with logprobs
+    let (code, r) =
+        s.post("/v1/completions", &json!({"prompt": "xy", "max_tokens": 4, "temperature": 0, "logprobs": 2}));
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["object"], "text_completion");
+    assert_eq!(
+        r["choices"][0]["logprobs"]["content"].as_array().unwrap().len(),
+        r["usage"]["completion_tokens"].as_u64().unwrap() as usize
+    );
+
+    let (code, props) = s.get("/props");
+    assert_eq!(code, 200);
+    let props: Value = serde_json::from_str(&props).unwrap();
+    assert_eq!(props["total_slots"], 4);
+    assert_eq!(props["default_generation_settings"]["n_ctx"], 256);
+}
+
+#[test]
+fn stop_strings_end_the_text_before_them() {
+    let s = start(|_| {});
+    let (_, full) = s.post("/completion", &greedy("q", 24));
+    let text = full["content"].as_str().unwrap().to_string();
+    // a stop string from the middle of the greedy text: the output ends just before it
+    let cut = text.char_indices().nth(10).map(|(i, _)| i).unwrap();
+    let stop: String = text[cut..].chars().take(2).collect();
+    let first = text.find(&stop).unwrap();
+    let mut req = greedy("q", 24);
+    req["stop"] = json!([stop]);
+    let (_, r) = s.post("/completion", &req);
+    assert_eq!(r["content"].as_str().unwrap(), &text[..first]);
+    assert_eq!(r["stop_type"], "word");
+    assert_eq!(r["stopping_word"], stop);
+    req["stream"] = json!(true);
+    let ev = s.stream("/completion", &req);
+    let streamed: String = ev
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap()["content"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(streamed, &text[..first]);
+}
+
+/// 12 requests of different lengths at once on 4 slots give exactly the tokens each gets
+/// alone; `/metrics` counts what was sent.
+#[test]
+fn concurrent_requests_get_the_tokens_they_get_alone() {
+    let s = start(|c| c.n_ubatch = 16);
+    let prompts: Vec<(String, usize)> =
+        (0..12).map(|i| (format!("prompt {i}: {}", "xyz".repeat(i * 3)), 5 + (i * 7) % 20)).collect();
+    let alone: Vec<Value> =
+        prompts.iter().map(|(p, n)| s.post("/completion", &greedy(p, *n)).1["tokens"].clone()).collect();
+    let before = s.metric("tokens_predicted_total");
+    let together: Vec<Value> = std::thread::scope(|sc| {
+        let hs: Vec<_> = prompts
+            .iter()
+            .map(|(p, n)| sc.spawn(|| s.post("/completion", &greedy(p, *n)).1["tokens"].clone()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mismatches = alone.iter().zip(&together).filter(|(a, b)| a != b).count();
+    assert_eq!(mismatches, 0, "batched responses differ from the same requests alone");
+    let sent: usize = prompts.iter().map(|(_, n)| n).sum();
+    assert_eq!(s.metric("tokens_predicted_total") - before, sent as f64);
+    assert!(s.metric("n_busy_slots_per_decode") > 1.0, "the requests never shared a pass");
+    assert_eq!(s.metric("requests_total"), 24.0);
+}
+
+#[test]
+fn bad_requests_get_openai_errors() {
+    let s = start(|c| {
+        c.max_body = 4096;
+        c.n_parallel = 1;
+        c.n_ctx = 64;
+    });
+    let check = |(code, v): (u16, Value), want: u16, ty: &str| {
+        assert_eq!(code, want, "{v}");
+        assert_eq!(v["error"]["type"], ty, "{v}");
+        assert_eq!(v["error"]["code"], want);
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+    };
+    check(s.post_raw("/v1/chat/completions", "{not json", &[]), 400, "invalid_request_error");
+    check(s.post_raw("/completion", "[1, 2]", &[]), 400, "invalid_request_error");
+    check(s.post("/completion", &json!({"prompt": "a", "temperature": "hot"})), 400, "invalid_request_error");
+    check(s.post("/completion", &json!({"prompt": 5})), 400, "invalid_request_error");
+    check(s.post("/v1/chat/completions", &json!({"messages": "hi"})), 400, "invalid_request_error");
+    check(s.post("/completion", &json!({"prompt": [999999]})), 400, "invalid_request_error");
+    let (code, v) = s.post("/completion", &json!({"prompt": "x".repeat(100)}));
+    check((code, v.clone()), 400, "exceed_context_size_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("context size"), "{v}");
+    check(
+        s.post_raw("/completion", &format!("{{\"prompt\": \"{}\"}}", "y".repeat(5000)), &[]),
+        413,
+        "invalid_request_error",
+    );
+    check(s.post("/nope", &json!({})), 404, "not_found_error");
+    // max_tokens beyond the context: stops at the context
+    let (code, v) =
+        s.post("/completion", &json!({"prompt": "abc", "n_predict": 1000, "temperature": 0, "ignore_eos": true}));
+    assert_eq!(code, 200);
+    assert_eq!(v["stop_type"], "limit");
+    assert_eq!(v["truncated"], true);
+    assert!(v["tokens_predicted"].as_u64().unwrap() <= 64);
+}
+
+#[test]
+fn api_keys_guard_everything_but_health_and_models() {
+    let s = start(|c| c.api_keys = vec!["sekrit".into()]);
+    assert_eq!(s.get("/health").0, 200);
+    assert_eq!(s.get("/v1/models").0, 200);
+    let (code, v) = s.post("/completion", &greedy("a", 2));
+    assert_eq!(code, 401);
+    assert_eq!(v["error"]["type"], "authentication_error");
+    assert_eq!(s.post_raw("/completion", &greedy("a", 2).to_string(), &[("Authorization", "Bearer wrong")]).0, 401);
+    let r = s.post_raw("/completion", &greedy("a", 2).to_string(), &[("Authorization", "Bearer sekrit")]);
+    assert_eq!(r.0, 200, "{}", r.1);
+    assert_eq!(s.post_raw("/tokenize", "{\"content\": \"a\"}", &[("X-Api-Key", "sekrit")]).0, 200);
+}
+
+/// A raw connection that sends a streaming request and reads a little of the answer.
+fn open_stream(base: &str, body: &Value) -> std::net::TcpStream {
+    let addr = base.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    let b = body.to_string();
+    write!(
+        c,
+        "POST /completion HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+        b.len()
+    )
+    .unwrap();
+    let mut buf = [0u8; 512];
+    let n = c.read(&mut buf).unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    c
+}
+
+#[test]
+fn a_full_queue_answers_503_and_dropped_clients_free_their_slots() {
+    let s = start(|c| {
+        c.n_parallel = 2;
+        c.queue_size = 1;
+    });
+    let long = json!({"prompt": "go", "n_predict": 100000, "temperature": 0, "ignore_eos": true, "stream": true});
+    // two streams take both slots, a third waits in the queue, a fourth is refused
+    let a = open_stream(&s.base, &long);
+    let b = open_stream(&s.base, &long);
+    let t0 = Instant::now();
+    while s.idle() || s.metric("requests_processing") < 2.0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waiting = std::thread::spawn({
+        let base = s.base.clone();
+        move || {
+            ureq::post(&format!("{base}/completion")).send_string(&greedy("w", 3).to_string()).map(|r| r.status()).ok()
+        }
+    });
+    let t0 = Instant::now();
+    while s.metric("requests_deferred") < 1.0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the third request never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, v) = s.post("/completion", &greedy("x", 3));
+    assert_eq!(code, 503, "{v}");
+    assert_eq!(v["error"]["type"], "unavailable_error");
+    // the clients go away: their slots are freed, the queued request runs
+    drop(a);
+    drop(b);
+    assert_eq!(waiting.join().unwrap(), Some(200));
+    s.wait_idle();
+    // 20 clients that read a little and drop: every slot comes back
+    for _ in 0..10 {
+        let c1 = open_stream(&s.base, &long);
+        let c2 = open_stream(&s.base, &long);
+        drop((c1, c2));
+        s.wait_idle();
+    }
+    assert_eq!(s.post("/completion", &greedy("after", 3)).0, 200);
+    assert_eq!(s.metric("requests_processing"), 0.0);
+}
+
+#[test]
+fn shutdown_ends_running_streams_cleanly() {
+    let mut s = start(|_| {});
+    let long = json!({"prompt": "go", "n_predict": 100000, "temperature": 0, "ignore_eos": true, "stream": true});
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let url = format!("{}/completion", s.base);
+            let body = long.to_string();
+            std::thread::spawn(move || {
+                let res = ureq::post(&url).send_string(&body).unwrap();
+                let lines: Vec<String> = BufReader::new(res.into_reader()).lines().map_while(Result::ok).collect();
+                lines.iter().rev().find_map(|l| l.strip_prefix("data: ").map(str::to_string)).unwrap_or_default()
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    while s.metric("requests_processing") < 3.0 {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t0 = Instant::now();
+    s.handle.take().unwrap().stop().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10), "shutdown took {:?}", t0.elapsed());
+    for r in readers {
+        let last: Value = serde_json::from_str(&r.join().unwrap()).unwrap();
+        assert_eq!(last["stop"], true, "{last}");
+        assert_eq!(last["stop_type"], "limit");
+    }
+}
