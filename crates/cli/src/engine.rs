@@ -58,9 +58,15 @@ pub struct SampleArgs {
     /// Repetition penalty (1 = off).
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    /// Tokens of history for the repetition penalty.
+    /// Tokens of history for the penalties.
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     pub repeat_last_n: usize,
+    /// Frequency penalty: count × this is subtracted from a seen token's logit (0 = off).
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Presence penalty: subtracted once from a seen token's logit (0 = off).
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
     /// RNG seed (default: random).
     #[arg(short = 's', long)]
     pub seed: Option<u64>,
@@ -78,6 +84,8 @@ impl SampleArgs {
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             repeat_last_n: self.repeat_last_n,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
             seed,
             ..Default::default()
         }
@@ -109,6 +117,10 @@ pub struct RunArgs {
     /// Do not add the BOS token even if the model asks for it.
     #[arg(long = "no-bos")]
     no_bos: bool,
+    /// A system prompt: the prompt is then sent as a user message through the model's chat
+    /// template (ChatML if it has none), as llama-cli's `-sys` does.
+    #[arg(long = "system-prompt", visible_alias = "sys")]
+    system_prompt: Option<String>,
     /// Never stop at end-of-generation tokens (they are masked out), as llama.cpp's flag.
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
@@ -242,7 +254,22 @@ fn prompt_tokens(
 pub fn run(args: &RunArgs) -> Result<()> {
     let l = load(&args.model)?;
     let mut st = state(&l, &args.model)?;
-    let prompt = prompt_tokens(&l, args.prompt.as_deref(), args.file.as_deref(), args.tokens.as_deref(), args.no_bos)?;
+    let prompt = match &args.system_prompt {
+        Some(sys) => {
+            let user = match (&args.prompt, &args.file) {
+                (Some(p), _) => p.clone(),
+                (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+                (None, None) => bail!("--system-prompt needs a prompt (-p or -f) for the user message"),
+            };
+            let template = match tokenizer::chat::ChatTemplate::from_gguf(l.file.metadata())? {
+                Some(t) => t,
+                None => tokenizer::chat::ChatTemplate::builtin("chatml")?,
+            };
+            let msgs = [tokenizer::chat::Message::new("system", sys), tokenizer::chat::Message::new("user", &user)];
+            l.tok.encode(&template.render(&msgs, true, None)?, !args.no_bos, true)?
+        }
+        None => prompt_tokens(&l, args.prompt.as_deref(), args.file.as_deref(), args.tokens.as_deref(), args.no_bos)?,
+    };
     if prompt.is_empty() {
         bail!("the prompt is empty (no tokens)");
     }

@@ -91,8 +91,13 @@ enum Command {
 
 /// llama.cpp's multi-letter short flags, rewritten to their long forms before parsing
 /// (clap's short flags are one letter).
-const LLAMA_SHORT_FLAGS: &[(&str, &str)] =
-    &[("-np", "--parallel"), ("-ub", "--ubatch-size"), ("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
+    ("-np", "--parallel"),
+    ("-ub", "--ubatch-size"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-sys", "--system-prompt"),
+];
 
 fn llama_args() -> Vec<std::ffi::OsString> {
     std::env::args_os()

@@ -147,3 +147,42 @@ fn ctrl_c_stops_generation_with_a_clear_error() {
     assert!(stderr.lines().last().unwrap().starts_with("error: interrupted"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// llama-cli's habits: `-sys` renders the prompt through the chat template (ChatML for a
+/// model without one), `-ub`/`-ctk`/`-ctv` are accepted as written, and the frequency and
+/// presence penalties change what greedy decoding picks.
+#[test]
+fn run_takes_llama_cli_flags() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let ms = m.to_str().unwrap();
+    let o = gguf(&[
+        "run", "-m", ms, "-sys", "S", "-p", "hi", "-n", "2", "--temp", "0", "--json", "-ub", "8", "-ctk", "f32",
+        "-ctv", "f32",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = json(&o.stdout);
+    let want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+    let prompt: Vec<u64> = v["prompt_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(prompt, want.bytes().map(|b| b as u64).collect::<Vec<_>>());
+    let base = gguf(&["run", "-m", ms, "-p", "abab", "-n", "24", "--temp", "0", "--ignore-eos", "--json"]);
+    let pen = gguf(&[
+        "run",
+        "-m",
+        ms,
+        "-p",
+        "abab",
+        "-n",
+        "24",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "--json",
+        "--frequency-penalty",
+        "5",
+        "--presence-penalty",
+        "5",
+    ]);
+    assert_eq!(pen.code, 0, "{}", pen.stderr);
+    assert_ne!(json(&base.stdout)["tokens"], json(&pen.stdout)["tokens"], "penalties had no effect");
+}
