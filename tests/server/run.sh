@@ -23,5 +23,12 @@ if [[ "${SLOW:-0}" == "1" ]]; then
     marker=()
 fi
 
+# paths given relative to the caller's directory keep working after the cd below
+for v in SERVER_BIN GGUF_BIN LLAMA_SERVER_BIN MODEL; do
+    if [[ -n "${!v:-}" && "${!v}" != /* && -e "${!v}" ]]; then
+        export "$v=$(cd "$(dirname "${!v}")" && pwd)/$(basename "${!v}")"
+    fi
+done
+
 cd "$here"
 exec "$PY" -m pytest "${marker[@]}" "$@"

@@ -180,7 +180,7 @@ def test_clients_drop_mid_stream(server):
         try:
             body = {"messages": [{"role": "user", "content": f"Tell me a very long story, number {i}."}],
                     "max_tokens": 400, "temperature": 0.5, "seed": i}
-            c, r = open_stream(harness.HOST, server.port, body)
+            c, r = open_stream(harness.HOST, server.port, body, timeout=120)
             read_events(r, 2)
             c.sock.shutdown(socket.SHUT_RDWR)
             c.close()
@@ -211,13 +211,20 @@ def test_sigterm_during_streams(start_server):
     come within 15 s. Our server must close the streams itself and exit 0 within 10 s."""
     s = start_server(np=4, ctx=2048)
     results = {}
-    ready = threading.Barrier(5, timeout=60)
+    ready = threading.Barrier(5, timeout=120)
 
     def one(i):
         body = {"messages": [{"role": "user", "content": f"Write a very long essay about topic {i}."}],
                 "max_tokens": 1500, "temperature": 0.7, "seed": i}
-        c, r = open_stream(harness.HOST, s.port, body, timeout=6)
-        read_events(r, 3)
+        try:
+            # generous while the streams start (a loaded machine), then 6 s of silence ends a client
+            c, r = open_stream(harness.HOST, s.port, body, timeout=60)
+            read_events(r, 3)
+        except Exception as e:  # noqa: BLE001
+            results[i] = f"setup-error {e!r}"
+            ready.abort()
+            return
+        c.sock.settimeout(6)
         ready.wait()
         end = "eof"
         try:
@@ -237,7 +244,10 @@ def test_sigterm_during_streams(start_server):
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    ready.wait()
+    try:
+        ready.wait()
+    except threading.BrokenBarrierError:
+        pytest.fail(f"the 4 streams did not start: {results}")
     pid = s.proc.pid
     code, secs = s.terminate(timeout=15)
     for t in threads:
