@@ -252,9 +252,9 @@ impl Vocab {
                 marked.push(TokTrie::SPECIAL_TOKEN_MARKER);
                 marked.extend_from_slice(b);
                 *b = marked;
-            } else if b.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
-                return Err(Error::Vocab(format!("token {i} starts with byte 0xFF but is not special")));
             }
+            // A normal token starting with 0xFF (byte-level BPE's raw byte 0xFF) is never
+            // valid UTF-8, so no text grammar allows it; llguidance counts it as special.
         }
         let info = TokRxInfo::new(n as u32, eos[0]);
         let trie = TokTrie::from(&info, &token_bytes).with_eos_tokens(&eos);

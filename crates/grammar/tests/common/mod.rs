@@ -46,6 +46,12 @@ pub struct Run {
 /// `-inf`, that EOS is only allowed when the grammar can end and that `accept` takes the
 /// token.
 pub fn drive(vocab: &Arc<Vocab>, spec: &Spec, seed: u64, max_tokens: usize) -> Run {
+    drive_with(vocab, spec, seed, max_tokens, 0.0)
+}
+
+/// [`drive`] with `eos_bias` added to the EOS logits (random logits are in [0, 1), so a
+/// bias near 1 ends the text at most places where it can end).
+pub fn drive_with(vocab: &Arc<Vocab>, spec: &Spec, seed: u64, max_tokens: usize, eos_bias: f32) -> Run {
     let mut c = Constraint::new(vocab, spec).unwrap_or_else(|e| panic!("compiling {spec:?}: {e}"));
     let mut rng = Rng(seed);
     let mut logits = vec![0f32; vocab.n_vocab()];
@@ -53,6 +59,9 @@ pub fn drive(vocab: &Arc<Vocab>, spec: &Spec, seed: u64, max_tokens: usize) -> R
     while run.tokens.len() < max_tokens {
         for l in logits.iter_mut() {
             *l = rng.next_f32();
+        }
+        for &e in vocab.eos() {
+            logits[e as usize] += eos_bias;
         }
         let t0 = Instant::now();
         c.apply(&mut logits).unwrap_or_else(|e| panic!("apply after {:?}: {e}", vocab.decode(&run.tokens)));
