@@ -113,23 +113,41 @@ const Q5_0: Legacy = Legacy { repack: false, wb: 22, xb: Q8_0_BYTES, xq: 2, has_
 const Q5_1: Legacy = Legacy { repack: false, wb: 24, xb: Q8_1_BYTES, xq: 4, has_min: true, offset: 0 };
 const Q8_0: Legacy = Legacy { repack: false, wb: Q8_0_BYTES, xb: Q8_0_BYTES, xq: 2, has_min: false, offset: -128 };
 
-/// Per-tile activation data: scales as f32, `s` of Q8_1 as f32, `offset·Σx` lane sums.
+/// Per-tile activation data: scales as f32, `s` of Q8_1 as f32, `offset·Σx` lane sums,
+/// and for the two-token kernels the quants and lane sums of token pairs side by side.
 #[derive(Default)]
 struct Prep {
     d: Vec<f32>,
     s: Vec<f32>,
     off: Vec<__m256i>,
+    /// `xp[b·pairs + j]`: block `b` of tokens `2j` (low 256 bits) and `2j+1` (high; zero
+    /// when there is no such token).
+    xp: Vec<__m512i>,
+    /// `offp[b·pairs + j]`: `off` of the same two (token, block)s.
+    offp: Vec<__m512i>,
+}
+
+/// Two 256-bit halves → one 512-bit vector (`lo` in bits 0..256).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn join256(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, nb: usize, p: &mut Prep) {
-    let Prep { d, s, off } = p;
+    let Prep { d, s, off, xp, offp } = p;
     d.clear();
     s.clear();
     off.clear();
-    // `d` is block-major (`d[b·tokens + t]`) so that a block's scales for 8 consecutive
-    // tokens load as one vector; 8 floats of padding keep that load in bounds.
+    xp.clear();
+    offp.clear();
+    // `d` and `s` are block-major (`d[b·tokens + t]`) so that a block's scales for 8
+    // consecutive tokens load as one vector; 8 floats of padding keep that load in bounds.
     d.resize(nb * tokens + 8, 0.0);
+    if l.has_min {
+        s.resize(nb * tokens + 8, 0.0);
+    }
     // `offset` as an unsigned multiplier: 8 and 16 directly; for q8_0 the weights are fed
     // as w ^ 0x80 = w + 128, so 128 is subtracted. Stored negated: it is the initial
     // accumulator of the weight's `vpdpbusd`.
@@ -139,11 +157,26 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
             let p = x.add(t * x_stride + b * l.xb);
             d[b * tokens + t] = f16_at(p);
             if l.has_min {
-                s.push(f16_at(p.add(2)));
+                s[b * tokens + t] = f16_at(p.add(2));
             }
             if l.offset != 0 {
                 let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mult, load256(p.add(l.xq)));
                 off.push(_mm256_sub_epi32(_mm256_setzero_si256(), o));
+            }
+        }
+    }
+    if l.repack || tokens < 2 {
+        return;
+    }
+    let pairs = tokens.div_ceil(2);
+    let z = _mm256_setzero_si256();
+    for b in 0..nb {
+        for j in 0..pairs {
+            let (t, u) = (2 * j, 2 * j + 1);
+            let xq = |t: usize| load256(x.add(t * x_stride + b * l.xb + l.xq));
+            xp.push(join256(xq(t), if u < tokens { xq(u) } else { z }));
+            if l.offset != 0 {
+                offp.push(join256(off[t * nb + b], if u < tokens { off[u * nb + b] } else { z }));
             }
         }
     }
@@ -155,7 +188,7 @@ thread_local! {
 }
 
 macro_rules! legacy_tile {
-    ($name:ident, $imp:ident, $l:expr, $unpack:ident) => {
+    ($name:ident, $imp:ident, $pairs:ident, $l:expr, $unpack:ident) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -210,13 +243,81 @@ macro_rules! legacy_tile {
                         let d = _mm256_permutexvar_ps(_mm256_set1_epi32(t as i32), dd);
                         acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot), acc[t]);
                         if l.has_min {
-                            summ[t] = mw.mul_add(*p.s.get_unchecked(i), summ[t]);
+                            summ[t] = mw.mul_add(*p.s.get_unchecked(b * tokens + t0 + t), summ[t]);
                         }
                     }
                 }
                 for t in 0..T {
                     let v = if l.repack { accs[t] } else { hsum_float_8(acc[t]) + summ[t] };
                     *y.add((t0 + t) * y_stride + r) = v;
+                }
+            }
+        }
+
+        /// [`$imp`] for 2·P tokens (`t0..t0+nt`, `nt ≤ 2·P`) two at a time: token `t0+2j`
+        /// in the low 256 bits of a 512-bit vector, `t0+2j+1` in the high ones. Every lane
+        /// runs the operations of the 256-bit kernel in the same order (the weights
+        /// broadcast to both halves, each half's `d_w·d_x` its token's), and the `m·s`
+        /// terms of 8 tokens run as one lane-wise fma per block (`f32::mul_add` per
+        /// lane), so each result has the bits of the one-token kernel. Not for
+        /// `l.repack`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $pairs<const P: usize>(
+            w: *const u8,
+            w_stride: usize,
+            rows: usize,
+            nb: usize,
+            p: &Prep,
+            tokens: usize,
+            t0: usize,
+            nt: usize,
+            y: *mut f32,
+            y_stride: usize,
+        ) {
+            let l = $l;
+            let pairs = tokens.div_ceil(2);
+            let j0 = t0 / 2;
+            // Lanes 0..8 take `dd[2j]`, lanes 8..16 `dd[2j+1]`.
+            let mut idx = [_mm512_setzero_si512(); P];
+            for (j, v) in idx.iter_mut().enumerate() {
+                let (a, b) = (2 * j as i32, 2 * j as i32 + 1);
+                *v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+            }
+            for r in 0..rows {
+                let wr = w.add(r * w_stride);
+                let mut acc = [_mm512_setzero_ps(); P];
+                let mut summ = _mm256_setzero_ps();
+                for b in 0..nb {
+                    let wb = wr.add(b * l.wb);
+                    let q = _mm512_broadcast_i64x4($unpack(wb));
+                    let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
+                    let dd = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
+                    let dd = _mm512_castps256_ps512(dd);
+                    let base = b * pairs + j0;
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let xq = *p.xp.get_unchecked(base + j);
+                        let init = if l.offset != 0 { *p.offp.get_unchecked(base + j) } else { _mm512_setzero_si512() };
+                        let dot = _mm512_dpbusd_epi32(init, q, xq);
+                        let d = _mm512_permutexvar_ps(idx[j], dd);
+                        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), *acc);
+                    }
+                    if l.has_min {
+                        let s = _mm256_loadu_ps(p.s.as_ptr().add(b * tokens + t0));
+                        summ = _mm256_fmadd_ps(_mm256_set1_ps(mw), s, summ);
+                    }
+                }
+                let mut sm = [0f32; 8];
+                _mm256_storeu_ps(sm.as_mut_ptr(), summ);
+                for (j, acc) in acc.iter().enumerate() {
+                    let lo = _mm512_castps512_ps256(*acc);
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
+                    for (h, v) in [lo, hi].into_iter().enumerate() {
+                        let t = 2 * j + h;
+                        if t < nt {
+                            *y.add((t0 + t) * y_stride + r) = hsum_float_8(v) + sm[t];
+                        }
+                    }
                 }
             }
         }
@@ -240,14 +341,19 @@ macro_rules! legacy_tile {
                 let mut t0 = 0;
                 while t0 < t.tokens {
                     let (w, ws, r, xs, n) = (w, t.w_stride, t.rows, t.x_stride, t.tokens);
-                    match t.tokens - t0 {
-                        1 => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        2 => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        3 => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        4 => $imp::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        5 => $imp::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        6 => $imp::<6>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        7 => $imp::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                    let nt = (t.tokens - t0).min(8);
+                    match (l.repack, nt) {
+                        (false, 2) => $pairs::<1>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        (false, 3 | 4) => $pairs::<2>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        (false, 5 | 6) => $pairs::<3>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        (false, 7 | 8) => $pairs::<4>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        (_, 1) => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (_, 2) => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (_, 3) => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (_, 4) => $imp::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (_, 5) => $imp::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (_, 6) => $imp::<6>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (_, 7) => $imp::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         _ => $imp::<8>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                     }
                     t0 += 8;
@@ -371,11 +477,11 @@ unsafe fn unpack_q8_0(b: *const u8) -> __m256i {
     _mm256_xor_si256(load256(b.add(2)), _mm256_set1_epi8(-128))
 }
 
-legacy_tile!(q4_0_tile, q4_0_imp, Q4_0, unpack_q4_0);
-legacy_tile!(q4_1_tile, q4_1_imp, Q4_1, unpack_q4_1);
-legacy_tile!(q5_0_tile, q5_0_imp, Q5_0, unpack_q5_0);
-legacy_tile!(q5_1_tile, q5_1_imp, Q5_1, unpack_q5_1);
-legacy_tile!(q8_0_tile, q8_0_imp, Q8_0, unpack_q8_0);
+legacy_tile!(q4_0_tile, q4_0_imp, q4_0_pairs, Q4_0, unpack_q4_0);
+legacy_tile!(q4_1_tile, q4_1_imp, q4_1_pairs, Q4_1, unpack_q4_1);
+legacy_tile!(q5_0_tile, q5_0_imp, q5_0_pairs, Q5_0, unpack_q5_0);
+legacy_tile!(q5_1_tile, q5_1_imp, q5_1_pairs, Q5_1, unpack_q5_1);
+legacy_tile!(q8_0_tile, q8_0_imp, q8_0_pairs, Q8_0, unpack_q8_0);
 
 /// `vec_dot` through a 1 × 1 tile.
 fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
