@@ -56,6 +56,9 @@ pub struct GenParams {
     pub id_slot: Option<usize>,
     /// Echo of the settings for `generation_settings` / `/slots`.
     pub settings: serde_json::Value,
+    /// Render special tokens (other than end-of-generation ones) in the text: tool-call
+    /// markers such as Qwen's `<tool_call>` are special tokens.
+    pub special: bool,
 }
 
 /// Probabilities reported for one generated token.
@@ -630,7 +633,7 @@ impl Scheduler {
             return;
         }
         a.generated.push(id);
-        a.pending.extend_from_slice(&tok.token_to_piece(id, false).unwrap_or_default());
+        a.pending.extend_from_slice(&tok.token_to_piece(id, a.job.params.special).unwrap_or_default());
         let from = a.text.len();
         a.text.push_str(&drain_utf8(&mut a.pending, false));
         if let Some((p, word)) = find_stop(&a.text, from, &a.job.params.stop) {

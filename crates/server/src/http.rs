@@ -616,6 +616,55 @@ async fn detokenize(State(app): State<Arc<App>>, body: HttpBody) -> Response {
     res.await.into_response()
 }
 
+/// The request's tools, unless absent, empty or `tool_choice` is "none".
+fn tools_of(m: &Map<String, Value>) -> Option<&Value> {
+    if m.get("tool_choice").and_then(Value::as_str) == Some("none") {
+        return None;
+    }
+    m.get("tools").filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+}
+
+/// Tool calls in the Hermes / Qwen2.5 format (`<tool_call>{"name", "arguments"}</tool_call>`,
+/// what those chat templates ask for): the text outside them and OpenAI `tool_calls`.
+/// A reply that is nothing but such a JSON object naming one of `tools` counts too (small
+/// Qwen2.5 models often drop the tags). `None` when the text holds no well-formed call.
+pub fn parse_tool_calls(text: &str, tools: &[String]) -> Option<(String, Vec<Value>)> {
+    let call = |v: &Value| -> Option<Value> {
+        let name = v.get("name")?.as_str()?.to_string();
+        let args = match v.get("arguments") {
+            Some(Value::String(s)) => s.clone(),
+            Some(a) => a.to_string(),
+            None => "{}".to_string(),
+        };
+        Some(json!({
+            "type": "function",
+            "id": api::random_id("call_"),
+            "function": {"name": name, "arguments": args},
+        }))
+    };
+    if !text.contains("<tool_call>") {
+        let v: Value = serde_json::from_str(text.trim()).ok()?;
+        let named = v.get("name").and_then(Value::as_str).is_some_and(|n| tools.iter().any(|t| t == n));
+        return if named { Some((String::new(), vec![call(&v)?])) } else { None };
+    }
+    let mut rest = text;
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    while let Some(start) = rest.find("<tool_call>") {
+        content.push_str(&rest[..start]);
+        let after = &rest[start + "<tool_call>".len()..];
+        let (body, tail) = match after.find("</tool_call>") {
+            Some(end) => (&after[..end], &after[end + "</tool_call>".len()..]),
+            None => (after, ""),
+        };
+        let v: Value = serde_json::from_str(body.trim()).ok()?;
+        calls.push(call(&v)?);
+        rest = tail;
+    }
+    content.push_str(rest);
+    (!calls.is_empty()).then(|| (content.trim().to_string(), calls))
+}
+
 fn render_chat(r: &Ready, m: &Map<String, Value>) -> Result<String, Error> {
     let Some(Value::Array(msgs)) = m.get("messages") else {
         return Err(Error::Invalid("\"messages\" must be a list of messages".into()));
@@ -627,8 +676,7 @@ fn render_chat(r: &Ready, m: &Map<String, Value>) -> Result<String, Error> {
     for v in msgs {
         messages.push(Message::from_json(&api::message_text(v)?)?);
     }
-    let tools = m.get("tools").filter(|t| !t.is_null());
-    Ok(r.template.render(&messages, true, tools)?)
+    Ok(r.template.render(&messages, true, tools_of(m))?)
 }
 
 async fn apply_template(State(app): State<Arc<App>>, body: HttpBody) -> Response {
@@ -893,6 +941,7 @@ fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Res
             deadline: (timeout > 0).then(|| Instant::now() + Duration::from_secs(timeout)),
             id_slot,
             settings,
+            special: b.bool("special")?.unwrap_or(false) || (kind == Kind::Chat && tools_of(m).is_some()),
         },
         stream,
         include_usage,
@@ -912,6 +961,9 @@ struct Meta {
     prompt_text: String,
     settings: Value,
     tok: Arc<Tokenizer>,
+    /// The names of the tools offered: the text is parsed for tool calls at the end (and
+    /// not streamed as content, since it may turn out to be a call).
+    tools: Option<Vec<String>>,
 }
 
 async fn generate(app: Arc<App>, kind: Kind, body: HttpBody) -> Response {
@@ -957,6 +1009,13 @@ async fn start(app: &Arc<App>, kind: Kind, body: HttpBody) -> Result<(Meta, mpsc
             prompt_text,
             settings,
             tok: r.tok.clone(),
+            tools: tools_of(&m).filter(|_| kind == Kind::Chat).map(|t| {
+                t.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f.pointer("/function/name").and_then(Value::as_str).map(str::to_string))
+                    .collect()
+            }),
         },
         rx,
     ))
@@ -1036,12 +1095,26 @@ fn final_completions(meta: &Meta, g: &Gathered, s: &Summary, stream: bool) -> Va
     })
 }
 
+/// The assistant message and finish reason of a chat completion.
+fn chat_message(meta: &Meta, g: &Gathered, s: &Summary) -> (Value, &'static str) {
+    let text_or_null = |t: &str| if t.is_empty() { Value::Null } else { Value::String(t.to_string()) };
+    if let Some(tools) = &meta.tools {
+        if let Some((content, calls)) = parse_tool_calls(&g.text, tools) {
+            return (
+                json!({"role": "assistant", "content": text_or_null(&content), "tool_calls": calls}),
+                "tool_calls",
+            );
+        }
+    }
+    (json!({"role": "assistant", "content": text_or_null(&g.text)}), finish_reason(s))
+}
+
 fn final_chat(meta: &Meta, g: &Gathered, s: &Summary) -> Value {
-    let content = if g.text.is_empty() { Value::Null } else { Value::String(g.text.clone()) };
+    let (message, reason) = chat_message(meta, g, s);
     let mut choice = json!({
-        "finish_reason": finish_reason(s),
+        "finish_reason": reason,
         "index": 0,
-        "message": {"role": "assistant", "content": content},
+        "message": message,
     });
     if meta.logprobs {
         choice["logprobs"] = json!({"content": g.probs});
@@ -1141,7 +1214,7 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
                                     json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
                                 ));
                             }
-                            if !text.is_empty() {
+                            if !text.is_empty() && meta.tools.is_none() {
                                 let mut c = json!({"finish_reason": null, "index": 0, "delta": {"content": text}});
                                 if let Some(e) = entry {
                                     c["logprobs"] = json!({"content": [e]});
@@ -1168,10 +1241,12 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
                                     json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
                                 ));
                             }
-                            events.push(chunk(
-                                &meta,
-                                json!([{"finish_reason": null, "index": 0, "delta": {"content": t}}]),
-                            ));
+                            if meta.tools.is_none() {
+                                events.push(chunk(
+                                    &meta,
+                                    json!([{"finish_reason": null, "index": 0, "delta": {"content": t}}]),
+                                ));
+                            }
                         }
                     }
                 }
@@ -1187,8 +1262,34 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
                                     json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
                                 ));
                             }
-                            let mut last =
-                                chunk(&meta, json!([{"finish_reason": finish_reason(s), "index": 0, "delta": {}}]));
+                            let mut reason = finish_reason(s);
+                            if meta.tools.is_some() {
+                                // the held-back text: content, or tool calls
+                                let (msg, r) = chat_message(&meta, &g, s);
+                                reason = r;
+                                if let Some(c) = msg.get("content").filter(|c| !c.is_null()) {
+                                    events.push(chunk(
+                                        &meta,
+                                        json!([{"finish_reason": null, "index": 0, "delta": {"content": c}}]),
+                                    ));
+                                }
+                                if let Some(Value::Array(calls)) = msg.get("tool_calls") {
+                                    let calls: Vec<Value> = calls
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(i, c)| {
+                                            let mut c = c.clone();
+                                            c["index"] = json!(i);
+                                            c
+                                        })
+                                        .collect();
+                                    events.push(chunk(
+                                        &meta,
+                                        json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": calls}}]),
+                                    ));
+                                }
+                            }
+                            let mut last = chunk(&meta, json!([{"finish_reason": reason, "index": 0, "delta": {}}]));
                             if meta.include_usage {
                                 events.push(last);
                                 last = chunk(&meta, json!([]));
@@ -1222,4 +1323,29 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
     headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
     (StatusCode::OK, headers, body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hermes_tool_calls_parse() {
+        let t = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let names = vec!["get_weather".to_string(), "a".to_string()];
+        let (content, calls) = parse_tool_calls(t, &names).unwrap();
+        assert_eq!(content, "Let me check.");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"city": "Paris"}));
+        let two = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
+        assert_eq!(parse_tool_calls(two, &names).unwrap().1.len(), 2);
+        assert!(parse_tool_calls("no calls here", &names).is_none());
+        assert!(parse_tool_calls("<tool_call>{not json}</tool_call>", &names).is_none());
+        // a bare call object counts only when it names an offered tool
+        let bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}";
+        assert_eq!(parse_tool_calls(bare, &names).unwrap().1[0]["function"]["name"], "get_weather");
+        assert!(parse_tool_calls("{\"name\": \"other\"}", &names).is_none());
+    }
 }
