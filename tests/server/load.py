@@ -142,19 +142,25 @@ def main() -> int:
                 run_batch(s.url, 1, 8, 0, args.timeout)  # warm-up
                 for n in streams:
                     r = run_batch(s.url, n, args.n_predict, rnd * MAX_STREAMS, args.timeout)
-                    results[kind][n].append(r["tok_s"])
+                    ok = not r["errors"] and not r["short"] and s.alive()
+                    if ok:  # a failed batch is reported below and left out of the medians
+                        results[kind][n].append(r["tok_s"])
                     print(f"round {rnd + 1} {kind:5s} streams {n}: {r['tok_s']:8.1f} tok/s  "
                           f"({r['tokens']} tokens in {r['wall']:.2f}s, median TTFT {r['ttft'] * 1000:.0f} ms)  "
                           f"load {harness.loadavg()}", flush=True)
+                    if not s.alive():
+                        problems.append(f"{kind} streams {n}: the server exited (code {s.proc.returncode}) "
+                                        f"during the batch; log {s.log_path}")
                     if r["errors"]:
-                        problems.append(f"{kind} streams {n}: {r['errors'][:3]}")
+                        problems.append(f"{kind} streams {n}: {len(r['errors'])} failed: {r['errors'][:3]}; "
+                                        f"log {s.log_path}")
                     if r["short"]:
                         problems.append(f"{kind} streams {n}: {r['short']} streams ended before n_predict "
                                         f"(ignore_eos not honoured?)")
             finally:
                 s.stop()
 
-    med = {k: {n: statistics.median(v) for n, v in results[k].items()} for k in kinds}
+    med = {k: {n: (statistics.median(v) if v else 0.0) for n, v in results[k].items()} for k in kinds}
     print()
     header = ["streams"] + [f"{k} tok/s" for k in kinds]
     both = "llama" in kinds and "gguf" in kinds
@@ -178,7 +184,7 @@ def main() -> int:
     print("-+-".join("-" * w for w in widths))
     for r in rows:
         print(fmt.format(*r))
-    print(f"\n(median over {args.rounds} rounds; aggregate = generated tokens / wall time of the batch, "
+    print(f"\n(median over the {args.rounds} rounds' good batches; aggregate = generated tokens / wall time of the batch, "
           f"prompt processing included)")
     print(f"load average at end: {harness.loadavg()}")
     for p in problems:
