@@ -61,3 +61,31 @@ fn rowwise_checks_lengths() {
     assert!(matmul_rowwise(&pool, &m, &[0f32; 64], 2, &mut y[..3]).is_err());
     assert!(matmul_rowwise(&pool, &m, &[], 0, &mut []).is_ok());
 }
+
+/// Every token count 1..=17 (the SIMD kernels run tokens in pairs and groups of 8, so
+/// odd counts and tails leave half-used vectors), one- and two-block rows, row counts
+/// that are not multiples of 8: each token's outputs equal its one-token product.
+#[test]
+fn rowwise_every_token_count() {
+    for threads in [1, 2] {
+        let pool = Pool::new(threads);
+        for name in ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"] {
+            let t = ggml_quants::by_name(name).unwrap();
+            for (rows, blocks) in [(9usize, 1usize), (3, 2), (16, 2)] {
+                let cols = blocks * t.block_size;
+                let mut s = 11u64 + rows as u64 * 131 + blocks as u64;
+                let w: Vec<f32> = (0..rows * cols).map(|_| rng(&mut s)).collect();
+                let wq = t.quantize_to_vec(&w, cols, None).unwrap();
+                let m = Matrix::new(t.id, &wq, rows, cols).unwrap();
+                let x: Vec<f32> = (0..17 * cols).map(|_| rng(&mut s) * 4.0).collect();
+                let rep = Repacked::new(&m);
+                for n in 1..=17 {
+                    check(name, &m, &x, n, &pool);
+                    if let Some(r) = &rep {
+                        check(&format!("{name} repacked"), &r.matrix(), &x, n, &pool);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -714,8 +714,94 @@ const MODE_Q2: u8 = 2;
 const MODE_Q4: u8 = 3;
 const MODE_Q5: u8 = 4;
 
+/// Per-tile activation data of the two-token K kernels (see [`prep_k`]).
+#[derive(Default)]
+struct KPrep {
+    /// `xq[(b·pairs + j)·8 + k]`: quants `32k..32k+32` of block `b` of tokens `2j` (low
+    /// 256 bits) and `2j+1` (high; zero when there is no such token).
+    xq: Vec<__m512i>,
+    /// `bs[b·pairs + j]`: the 16 i16 block sums of the same two tokens (q6_K, q2_K).
+    bs: Vec<__m512i>,
+    /// `dx[b·tokens + t]`, then 8 floats of padding.
+    dx: Vec<f32>,
+    /// q4_K/q5_K: `qt[(b·4 + i)·tp + t]` = i32 lane `i` of token `t`'s pair sums of the
+    /// block sums (`bsums[4i] + bsums[4i+1]`, `bsums[4i+2] + bsums[4i+3]` as two i16),
+    /// tokens padded with zeros to `tp`, a multiple of 8.
+    qt: Vec<i32>,
+}
+
+thread_local! {
+    static KPREP: std::cell::Cell<KPrep> = std::cell::Cell::new(KPrep::default());
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn prep_k(mode: u8, x: *const u8, x_stride: usize, tokens: usize, nb: usize, p: &mut KPrep) {
+    let KPrep { xq, bs, dx, qt } = p;
+    xq.clear();
+    bs.clear();
+    dx.clear();
+    qt.clear();
+    dx.resize(nb * tokens + 8, 0.0);
+    let pairs = tokens.div_ceil(2);
+    let tp = tokens.next_multiple_of(8);
+    let z = _mm256_setzero_si256();
+    let at = |t: usize, b: usize| x.add(t * x_stride + b * Q8_K_BYTES);
+    for b in 0..nb {
+        for t in 0..tokens {
+            dx[b * tokens + t] = (at(t, b) as *const f32).read_unaligned();
+        }
+        for j in 0..pairs {
+            let (t, u) = (2 * j, 2 * j + 1);
+            for k in 0..8 {
+                let hi = if u < tokens { load256(at(u, b).add(4 + 32 * k)) } else { z };
+                xq.push(join256(load256(at(t, b).add(4 + 32 * k)), hi));
+            }
+            if mode == MODE_Q6 || mode == MODE_Q2 {
+                let hi = if u < tokens { load256(at(u, b).add(260)) } else { z };
+                bs.push(join256(load256(at(t, b).add(260)), hi));
+            }
+        }
+    }
+    if mode == MODE_Q4 || mode == MODE_Q5 {
+        qt.resize(nb * 4 * tp, 0);
+        for b in 0..nb {
+            for t in 0..tokens {
+                let q8sums = load256(at(t, b).add(260));
+                let q8s = _mm_hadd_epi16(_mm256_extracti128_si256::<0>(q8sums), _mm256_extracti128_si256::<1>(q8sums));
+                let mut l = [0i32; 4];
+                _mm_storeu_si128(l.as_mut_ptr() as *mut __m128i, q8s);
+                for (i, v) in l.into_iter().enumerate() {
+                    qt[(b * 4 + i) * tp + t] = v;
+                }
+            }
+        }
+    }
+}
+
+/// i32 lane scales (values in i16 range) → the same scale in both i16 halves of each
+/// lane, for `vpdpwssd`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn scale_pairs16(sv: __m256i) -> __m512i {
+    let v = _mm256_or_si256(_mm256_and_si256(sv, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32::<16>(sv));
+    _mm512_broadcast_i64x4(v)
+}
+
+/// `Σ` of the eight i32 lanes of each 256-bit half: `out[2j + h]` for half `h` of `v[j]`
+/// (exact; missing pairs count as zero).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn hsum_halves<const P: usize>(v: &[__m512i; P]) -> __m256i {
+    let mut h = [_mm256_setzero_si256(); 8];
+    for (j, v) in v.iter().enumerate() {
+        h[2 * j] = _mm512_castsi512_si256(*v);
+        h[2 * j + 1] = _mm512_extracti64x4_epi64::<1>(*v);
+    }
+    hsum_i32_8x8(&h)
+}
+
 macro_rules! k_tile {
-    ($name:ident, $dot:ident, $imp:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr, $tiled_if:expr) => {
+    ($name:ident, $dot:ident, $imp:ident, $pairs:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr, $tiled_if:expr) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -850,6 +936,134 @@ macro_rules! k_tile {
             }
         }
 
+        /// [`$imp`] without the tiled and the 4-token (`batched`) arithmetic, for tokens
+        /// `t0..t0+nt` (`nt ≤ 2·P`) two at a time: token `t0+2j` in the low 256 bits of a
+        /// 512-bit vector, `t0+2j+1` in the high ones. The integer lanes are the same
+        /// exact sums (`vpmaddubsw` pairs, which cannot saturate for these quants, times
+        /// the lane scales by `vpdpwssd`, instead of `vpdpbusd` then `vpmulld`); every
+        /// float lane runs the 256-bit kernel's operations in its order, and the per-token
+        /// scalar chains (q4_K, q5_K) run 8 tokens as one vector of lane-wise fmas. So
+        /// each result has the bits of the one-token kernel.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $pairs<const P: usize>(
+            w: *const u8,
+            w_stride: usize,
+            rows: usize,
+            nb: usize,
+            p: &KPrep,
+            tokens: usize,
+            t0: usize,
+            nt: usize,
+            y: *mut f32,
+            y_stride: usize,
+        ) {
+            let mode: u8 = $mode;
+            let four = _mm512_set1_epi8(4);
+            let pairs = tokens.div_ceil(2);
+            let tp = tokens.next_multiple_of(8);
+            let j0 = t0 / 2;
+            let mut idx = [_mm512_setzero_si512(); P];
+            for (j, v) in idx.iter_mut().enumerate() {
+                let (a, b) = (2 * j as i32, 2 * j as i32 + 1);
+                *v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+            }
+            for r in 0..rows {
+                let wr = w.add(r * w_stride);
+                let mut acc = [_mm512_setzero_ps(); P];
+                // q4_K: Σ fma(is, d·dx) and Σ fma(im, dmin·dx); q5_K: Σ fma(-dx·dmin, hs).
+                let mut summs = _mm256_setzero_ps();
+                let mut acc_m = _mm256_setzero_ps();
+                for b in 0..nb {
+                    let wb = wr.add(b * $wb);
+                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(2 * $wb) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(2 * $wb + 64) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(2 * $wb + 128) as *const i8);
+                    let kb = $decode(wb);
+                    let mut q = [_mm512_setzero_si512(); 8];
+                    let mut sv = [_mm512_setzero_si512(); 8];
+                    for k in 0..8 {
+                        q[k] = _mm512_broadcast_i64x4(kb.q[k]);
+                        sv[k] = scale_pairs16(kb.sv[k]);
+                    }
+                    let dx8 = _mm256_loadu_ps(p.dx.as_ptr().add(b * tokens + t0));
+                    let dd = _mm512_castps256_ps512(_mm256_mul_ps(dx8, _mm256_set1_ps(kb.d)));
+                    let dm = _mm512_castps256_ps512(_mm256_mul_ps(dx8, _mm256_set1_ps(-kb.dmin)));
+                    let mut sums = [_mm512_setzero_si512(); P];
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let xq = p.xq.as_ptr().add((b * pairs + j0 + j) * 8);
+                        let mut sumi = _mm512_setzero_si512();
+                        for k in 0..8 {
+                            let xk = *xq.add(k);
+                            let mut p16 = _mm512_maddubs_epi16(q[k], xk);
+                            if mode == MODE_Q3 {
+                                p16 = _mm512_sub_epi16(p16, _mm512_maddubs_epi16(four, xk));
+                            }
+                            sumi = _mm512_dpwssd_epi32(sumi, p16, sv[k]);
+                        }
+                        if mode == MODE_Q4 {
+                            sums[j] = sumi;
+                            continue;
+                        }
+                        if mode == MODE_Q6 {
+                            let bs = *p.bs.get_unchecked(b * pairs + j0 + j);
+                            let corr = _mm512_madd_epi16(bs, _mm512_broadcast_i64x4(kb.sc16));
+                            sumi = _mm512_sub_epi32(sumi, _mm512_slli_epi32::<5>(corr));
+                        } else if mode == MODE_Q2 {
+                            let bs = *p.bs.get_unchecked(b * pairs + j0 + j);
+                            let prod = _mm512_madd_epi16(_mm512_broadcast_i64x4(kb.mn16), bs);
+                            let d = _mm512_permutexvar_ps(idx[j], dm);
+                            *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(prod), *acc);
+                        }
+                        let d = _mm512_permutexvar_ps(idx[j], dd);
+                        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), *acc);
+                    }
+                    if mode == MODE_Q4 || mode == MODE_Q5 {
+                        // Per token Σ mins·(pair sums of the block sums), exact.
+                        let mn = _mm256_castsi256_si128(kb.mn16);
+                        let qt = p.qt.as_ptr().add(b * 4 * tp + t0);
+                        let mut hs = _mm256_setzero_si256();
+                        for i in 0..4 {
+                            let m =
+                                _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(mn), _mm256_set1_epi32(i as i32));
+                            let v = _mm256_loadu_si256(qt.add(i * tp) as *const __m256i);
+                            hs = _mm256_dpwssd_epi32(hs, v, m);
+                        }
+                        let hs = _mm256_cvtepi32_ps(hs);
+                        if mode == MODE_Q4 {
+                            let is = _mm256_cvtepi32_ps(hsum_halves(&sums));
+                            let dmd = _mm256_mul_ps(_mm256_set1_ps(kb.dmin), dx8);
+                            acc_m = _mm256_fmadd_ps(hs, dmd, acc_m);
+                            let ddx = _mm256_mul_ps(_mm256_set1_ps(kb.d), dx8);
+                            summs = _mm256_fmadd_ps(is, ddx, summs);
+                        } else {
+                            summs = _mm256_fmadd_ps(_mm512_castps512_ps256(dm), hs, summs);
+                        }
+                    }
+                }
+                let mut sm = [0f32; 8];
+                let mut am = [0f32; 8];
+                _mm256_storeu_ps(sm.as_mut_ptr(), summs);
+                _mm256_storeu_ps(am.as_mut_ptr(), acc_m);
+                for t in 0..nt {
+                    let a = acc[t / 2];
+                    let half = if t % 2 == 0 {
+                        _mm512_castps512_ps256(a)
+                    } else {
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)))
+                    };
+                    let v = if mode == MODE_Q4 {
+                        sm[t] - am[t]
+                    } else if mode == MODE_Q5 {
+                        hsum_float_8(half) + sm[t]
+                    } else {
+                        hsum_float_8(half)
+                    };
+                    *y.add((t0 + t) * y_stride + r) = v;
+                }
+            }
+        }
+
         /// VNNI tile kernel for a K type (see the section comment).
         pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
             let nb = t.n / 256;
@@ -868,9 +1082,29 @@ macro_rules! k_tile {
             // output the kernel touches, and that the CPU has the features.
             unsafe {
                 let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
+                // The two-token kernel serves the groups of 2+ tokens outside the tiled
+                // and the 4-token arithmetic (all of `matmul_rowwise`'s).
+                let mode: u8 = $mode;
+                let two = |t0: usize| !tiled && (mode != MODE_Q4 || t0 >= t.batched) && t.tokens - t0 >= 2;
+                let mut p = KPREP.with(|c| c.take());
+                if (0..t.tokens).step_by(8).any(two) {
+                    prep_k(mode, x, t.x_stride, t.tokens, nb, &mut p);
+                }
                 let mut t0 = 0;
                 while t0 < t.tokens {
                     let (ws, r, xs, bt) = (t.w_stride, t.rows, t.x_stride, t.batched);
+                    let nt = (t.tokens - t0).min(8);
+                    if two(t0) {
+                        let n = t.tokens;
+                        match nt {
+                            2 => $pairs::<1>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            3 | 4 => $pairs::<2>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            5 | 6 => $pairs::<3>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            _ => $pairs::<4>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        }
+                        t0 += 8;
+                        continue;
+                    }
                     // Up to 8 tokens per decoded block; llama.cpp's repacked q4_K batches
                     // are 4 tokens, which `batched` tells the q4_K arithmetic per token.
                     match t.tokens - t0 {
@@ -885,6 +1119,7 @@ macro_rules! k_tile {
                     }
                     t0 += 8;
                 }
+                KPREP.with(|c| c.set(p));
             }
         }
 
@@ -911,8 +1146,8 @@ fn always(_rows: usize) -> bool {
     true
 }
 
-k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, 84, decode_q2_k, MODE_Q2, Some(avx2::q2_k_q8_k), unless_repacked);
-k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k), always);
-k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, 144, decode_q4_k, MODE_Q4, None, unless_repacked);
-k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, 176, decode_q5_k, MODE_Q5, None, always);
-k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, 210, decode_q6_k, MODE_Q6, None, always);
+k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, q2_k_pairs, 84, decode_q2_k, MODE_Q2, Some(avx2::q2_k_q8_k), unless_repacked);
+k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, q3_k_pairs, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k), always);
+k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, q4_k_pairs, 144, decode_q4_k, MODE_Q4, None, unless_repacked);
+k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, q5_k_pairs, 176, decode_q5_k, MODE_Q5, None, always);
+k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, q6_k_pairs, 210, decode_q6_k, MODE_Q6, None, always);
