@@ -351,6 +351,8 @@ struct Active {
     text: String,
     sent: usize,
     n_cached: usize,
+    /// 1 when an end-of-generation token was sampled (counted, not shown).
+    n_eog: usize,
     t_start: Instant,
     t_first: Option<Instant>,
 }
@@ -516,6 +518,7 @@ impl Scheduler {
             text: String::new(),
             sent: 0,
             n_cached: keep,
+            n_eog: 0,
             t_start: Instant::now(),
             t_first: None,
         });
@@ -629,6 +632,8 @@ impl Scheduler {
             }
         }
         if tok.is_eog(id) && !a.job.params.ignore_eos {
+            // llama-server counts the end-of-generation token as predicted
+            a.n_eog = 1;
             self.finish(i, StopType::Eos, String::new(), false);
             return;
         }
@@ -656,7 +661,8 @@ impl Scheduler {
         let n_decoded = a.generated.len();
         if a.job.params.n_predict.is_some_and(|n| n_decoded >= n) {
             self.finish(i, StopType::Limit, String::new(), false);
-        } else if n_past + 1 > n_ctx {
+        } else if n_past + 1 >= n_ctx {
+            // prompt + generated tokens fill the slot (llama-server's limit)
             self.finish(i, StopType::Limit, String::new(), true);
         } else if a.job.params.constraint.as_ref().is_some_and(|c| c.is_finished()) {
             self.finish(i, StopType::Eos, String::new(), false);
@@ -679,7 +685,7 @@ impl Scheduler {
         }
         let now = Instant::now();
         let first = a.t_first.unwrap_or(now);
-        let n_decoded = a.generated.len();
+        let n_decoded = a.generated.len() + a.n_eog;
         let prompt_ms = (first - a.t_start).as_secs_f64() * 1e3;
         let gen_ms = (now - first).as_secs_f64() * 1e3;
         let summary = Summary {

@@ -22,9 +22,16 @@ pub enum Error {
     /// A bad request (400).
     #[error("{0}")]
     Invalid(String),
-    /// The prompt does not fit the context (400).
-    #[error("{0}")]
-    ExceedContext(String),
+    /// The prompt does not fit the context (400, with llama-server's extra fields).
+    #[error("{message}")]
+    ExceedContext {
+        /// The message.
+        message: String,
+        /// Prompt tokens.
+        n_prompt_tokens: usize,
+        /// Context of a slot.
+        n_ctx: usize,
+    },
     /// A missing or wrong API key (401).
     #[error("{0}")]
     Auth(String),
@@ -47,7 +54,7 @@ impl Error {
     pub fn status(&self) -> (StatusCode, &'static str) {
         match self {
             Error::Invalid(_) | Error::Tokenizer(_) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
-            Error::ExceedContext(_) => (StatusCode::BAD_REQUEST, "exceed_context_size_error"),
+            Error::ExceedContext { .. } => (StatusCode::BAD_REQUEST, "exceed_context_size_error"),
             Error::Auth(_) => (StatusCode::UNAUTHORIZED, "authentication_error"),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found_error"),
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error"),
@@ -60,7 +67,12 @@ impl Error {
     /// The `error` object.
     pub fn to_json(&self) -> serde_json::Value {
         let (code, ty) = self.status();
-        serde_json::json!({"code": code.as_u16(), "message": self.to_string(), "type": ty})
+        let mut v = serde_json::json!({"code": code.as_u16(), "message": self.to_string(), "type": ty});
+        if let Error::ExceedContext { n_prompt_tokens, n_ctx, .. } = self {
+            v["n_prompt_tokens"] = (*n_prompt_tokens).into();
+            v["n_ctx"] = (*n_ctx).into();
+        }
+        v
     }
 }
 

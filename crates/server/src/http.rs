@@ -115,6 +115,8 @@ pub enum GrammarRequest {
 }
 
 struct Ready {
+    /// The grammar vocabulary, built on the first constrained request.
+    vocab: OnceLock<Result<Arc<grammar::Vocab>, String>>,
     engine: Engine,
     tok: Arc<Tokenizer>,
     template: ChatTemplate,
@@ -192,6 +194,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
     let engine = Engine::start(model, tok.clone(), &opts)?;
     Ok(Ready {
+        vocab: OnceLock::new(),
         engine,
         bos: piece(tok.bos()).unwrap_or_default(),
         eos: piece(tok.eos()).unwrap_or_default(),
@@ -391,8 +394,8 @@ async fn log_request(req: Request, next: Next) -> Response {
     res
 }
 
-/// llama-server's public endpoints: no key needed.
-const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+/// llama-server's public endpoints: no key needed (it asks for one on `/v1/models`).
+const PUBLIC: &[&str] = &["/health", "/v1/health"];
 
 async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     if app.cfg.api_keys.is_empty() || PUBLIC.contains(&req.uri().path()) || req.method() == Method::OPTIONS {
@@ -676,6 +679,16 @@ fn render_chat(r: &Ready, m: &Map<String, Value>) -> Result<String, Error> {
     for v in msgs {
         messages.push(Message::from_json(&api::message_text(v)?)?);
     }
+    // A conversation ending with an assistant message is a prefill, as llama-server
+    // treats it: the others rendered with the generation prompt, then its text, left open.
+    if messages.last().is_some_and(|m| m.role == "assistant") {
+        if messages.len() >= 2 && messages[messages.len() - 2].role == "assistant" {
+            return Err(Error::Invalid("Cannot have 2 or more assistant messages at the end of the list.".into()));
+        }
+        let last = messages.pop().expect("not empty");
+        let head = r.template.render(&messages, true, tools_of(m))?;
+        return Ok(head + &last.content);
+    }
     Ok(r.template.render(&messages, true, tools_of(m))?)
 }
 
@@ -795,6 +808,46 @@ fn grammar_request(kind: Kind, b: &Body<'_>) -> Result<Option<GrammarRequest>, E
     }
 }
 
+/// [`grammar::Constraint`] as the scheduler's [`Constrain`].
+struct Grammar(grammar::Constraint);
+
+impl Constrain for Grammar {
+    fn apply(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        self.0.apply(logits).map_err(|e| e.to_string())
+    }
+    fn accept(&mut self, token: u32) -> Result<(), String> {
+        self.0.accept(token).map_err(|e| e.to_string())
+    }
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+/// The built-in constraint (llguidance, via the `grammar` crate): a bad grammar or schema
+/// is a 400 naming the problem.
+fn builtin_constraint(r: &Ready, g: &GrammarRequest) -> Result<Box<dyn Constrain>, Error> {
+    let vocab = r
+        .vocab
+        .get_or_init(|| grammar::Vocab::from_shared_tokenizer(r.tok.clone()).map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| Error::NotSupported(format!("constrained decoding is not available for this model: {e}")))?;
+    // Whitespace between JSON tokens as llama.cpp's json-schema-to-grammar allows it
+    // (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`): bounded, so a model cannot pad forever.
+    let bounded = |mut v: Value| {
+        if let Some(o) = v.as_object_mut() {
+            o.entry("x-guidance").or_insert_with(|| json!({"whitespace_pattern": "(\\x20|\\x0A{1,2}[\\x20\\x09]{0,20})"}));
+        }
+        v
+    };
+    let spec = match g {
+        GrammarRequest::Gbnf(src) => grammar::Spec::Gbnf(src.clone()),
+        GrammarRequest::JsonSchema(v) => grammar::Spec::JsonSchema(bounded(v.clone())),
+        GrammarRequest::JsonObject => grammar::Spec::JsonSchema(bounded(json!({"type": "object"}))),
+    };
+    let c = grammar::Constraint::new(&vocab, &spec).map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(Box::new(Grammar(c)))
+}
+
 fn logit_bias(v: Option<&Value>, r: &Ready) -> Result<Vec<(u32, f32)>, Error> {
     let mut out = Vec::new();
     let bias_of = |b: &Value| -> Result<f32, Error> {
@@ -907,7 +960,7 @@ fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Res
         None => None,
         Some(g) => match &r.constraints {
             Some(make) => Some(make(&g)?),
-            None => return Err(Error::NotSupported("this server was built without grammar support".into())),
+            None => Some(builtin_constraint(r, &g)?),
         },
     };
     let id_slot = match b.i64("id_slot")? {
@@ -984,10 +1037,14 @@ async fn start(app: &Arc<App>, kind: Kind, body: HttpBody) -> Result<(Meta, mpsc
     }
     let n_ctx = r.engine.n_ctx_slot;
     if prompt.len() >= n_ctx {
-        return Err(Error::ExceedContext(format!(
-            "request ({} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it",
-            prompt.len()
-        )));
+        return Err(Error::ExceedContext {
+            message: format!(
+                "request ({} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it",
+                prompt.len()
+            ),
+            n_prompt_tokens: prompt.len(),
+            n_ctx,
+        });
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let id = r.engine.next_id();

@@ -143,6 +143,12 @@ fn endpoints_answer_in_llama_server_and_openai_shapes() {
     assert_eq!(d["content"], "hello");
     let (_, p) = s.post("/apply-template", &json!({"messages": [{"role": "user", "content": "hi"}]}));
     assert_eq!(p["prompt"], "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    // a final assistant message is a prefill, left open
+    let (_, p) = s.post(
+        "/apply-template",
+        &json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure,"}]}),
+    );
+    assert_eq!(p["prompt"], "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nSure,");
 
     // /completion
     let (code, c) = s.post(
@@ -307,6 +313,18 @@ fn bad_requests_get_openai_errors() {
     let (code, v) = s.post("/completion", &json!({"prompt": "x".repeat(100)}));
     check((code, v.clone()), 400, "exceed_context_size_error");
     assert!(v["error"]["message"].as_str().unwrap().contains("context size"), "{v}");
+    assert_eq!(v["error"]["n_prompt_tokens"], 100);
+    assert_eq!(v["error"]["n_ctx"], 64);
+    check(
+        s.post("/completion", &json!({"prompt": "a", "grammar": "root ::= undefined"})),
+        400,
+        "invalid_request_error",
+    );
+    check(
+        s.post("/completion", &json!({"prompt": "a", "json_schema": {"type": "nonsense"}})),
+        400,
+        "invalid_request_error",
+    );
     check(
         s.post_raw("/completion", &format!("{{\"prompt\": \"{}\"}}", "y".repeat(5000)), &[]),
         413,
@@ -319,14 +337,55 @@ fn bad_requests_get_openai_errors() {
     assert_eq!(code, 200);
     assert_eq!(v["stop_type"], "limit");
     assert_eq!(v["truncated"], true);
-    assert!(v["tokens_predicted"].as_u64().unwrap() <= 64);
+    assert_eq!(v["tokens_predicted"].as_u64().unwrap() + v["tokens_evaluated"].as_u64().unwrap(), 64);
+}
+
+/// `response_format` json_schema and a GBNF `grammar` constrain what a random model writes.
+#[test]
+fn grammars_and_json_schemas_constrain_the_output() {
+    let s = start(|_| {});
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "n": {"type": "integer", "minimum": 0, "maximum": 99},
+            "kind": {"enum": ["a", "b"]},
+        },
+        "required": ["name", "n", "kind"],
+        "additionalProperties": false,
+    });
+    for seed in 0..5 {
+        let (code, r) = s.post(
+            "/v1/chat/completions",
+            &json!({
+                "messages": [{"role": "user", "content": "json please"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+                "temperature": 1.0, "seed": seed, "max_tokens": 200,
+            }),
+        );
+        assert_eq!(code, 200, "{r}");
+        let text = r["choices"][0]["message"]["content"].as_str().unwrap();
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text:?}"));
+        assert!(v["name"].as_str().unwrap().chars().count() <= 8, "{v}");
+        assert!(v["n"].as_u64().unwrap() <= 99, "{v}");
+        assert!(v["kind"] == "a" || v["kind"] == "b", "{v}");
+        assert_eq!(v.as_object().unwrap().len(), 3, "{v}");
+    }
+    let (code, r) = s.post(
+        "/completion",
+        &json!({"prompt": "x", "grammar": "root ::= [0-9]{3} \"!\"", "temperature": 1.0, "seed": 2}),
+    );
+    assert_eq!(code, 200, "{r}");
+    let t = r["content"].as_str().unwrap();
+    assert!(t.len() == 4 && t[..3].bytes().all(|b| b.is_ascii_digit()) && t.ends_with('!'), "{t:?}");
+    assert_eq!(r["stop_type"], "eos");
 }
 
 #[test]
-fn api_keys_guard_everything_but_health_and_models() {
+fn api_keys_guard_everything_but_health() {
     let s = start(|c| c.api_keys = vec!["sekrit".into()]);
     assert_eq!(s.get("/health").0, 200);
-    assert_eq!(s.get("/v1/models").0, 200);
+    assert_eq!(s.get("/v1/models").0, 401);
     let (code, v) = s.post("/completion", &greedy("a", 2));
     assert_eq!(code, 401);
     assert_eq!(v["error"]["type"], "authentication_error");
