@@ -12,13 +12,18 @@
 //! matched greedily (a lexeme ends only where the next byte cannot continue it), which is
 //! much faster but would change the language if done carelessly: in llama.cpp's
 //! `arithmetic.gbnf`, `num ::= [0-9]+ ws` with `ws ::= [ \t\n]*` followed by `"\n"` would
-//! swallow the newline the grammar needs next. So a piece of the grammar becomes one
-//! lexeme only when that is safe: no byte that can continue a complete match of the piece
-//! can start what may follow it (checked on the piece's DFA against the FOLLOW set
-//! computed at that position). Non-recursive rules that pass become Lark terminals
-//! (uppercase); the rest stay rules, with their safe runs of items as inline lexemes and
-//! repetitions of unsafe ones expanded at the grammar level, down to single characters
-//! if need be.
+//! swallow the newline the grammar needs next (llguidance's own `gbnf_to_lark.py` makes
+//! that mistake: its arithmetic grammar can never end). So a piece of the grammar becomes
+//! one lexeme only when that is safe: no byte that continues a complete match of the
+//! piece starts a character of what may follow it (checked on the piece's DFA against the
+//! FOLLOW set at that position). Then:
+//! - non-recursive rules made only of strings, classes and such rules become Lark
+//!   terminals (uppercase) when safe, as in `gbnf_to_lark.py`;
+//! - in the other rules, runs of adjacent strings/classes (and groups and repetitions of
+//!   them) become one inline `/regex/` lexeme when safe, as do repetitions of small
+//!   terminals (`letter+`); references to terminals stay lexemes of their own;
+//! - what is unsafe is expanded at the grammar level (`ws: /[\t\n ]/*`), down to single
+//!   characters if need be.
 //!
 //! One greedy effect remains: when several lexemes are possible at one position and a
 //! complete match of one is a proper prefix of another (`("a" | "ab") "bc"`), the longer
@@ -33,6 +38,12 @@ use crate::{Error, Result};
 const MAX_REPETITION: u32 = 2000;
 /// Most DFA states explored when checking whether a lexeme is safe.
 const MAX_DFA_STATES: usize = 4000;
+/// Precedence of emitted Lark: alternation, sequence/repetition, atom.
+const ALT: u8 = 0;
+const SEQ: u8 = 1;
+const ATOM: u8 = 2;
+/// Longest regex (in bytes) of a repetition of terminal rules made one inline lexeme.
+const MAX_INLINE_REP: usize = 1024;
 /// Longest regex (in bytes) analysed or emitted as one lexeme.
 const MAX_REGEX_LEN: usize = 1 << 16;
 
@@ -737,6 +748,30 @@ impl Translator {
         }
     }
 
+    /// Whether `e` is regular without rule references: such pieces are merged into inline
+    /// lexemes; references to terminal rules stay lexemes of their own (merging them would
+    /// glue whole key/value chains into one huge lexeme).
+    fn expr_is_primitive(e: &Expr) -> bool {
+        match e {
+            Expr::Lit(_) | Expr::Class(_) => true,
+            Expr::Token { .. } | Expr::Ref(_) => false,
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().all(Self::expr_is_primitive),
+            Expr::Rep { inner, .. } => Self::expr_is_primitive(inner),
+        }
+    }
+
+    /// Whether the regex of `e` takes a postfix operator without a group: a class, one
+    /// character, an alternation (which brings its own group), or a rule that is one.
+    fn rx_is_atom(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Class(_) | Expr::Alt(_) => true,
+            Expr::Lit(s) => s.len() == 1,
+            Expr::Ref(r) => self.rx_is_atom(self.body(*r)),
+            Expr::Seq(v) => v.len() == 1 && self.rx_is_atom(&v[0]),
+            Expr::Token { .. } | Expr::Rep { .. } => false,
+        }
+    }
+
     /// The regex of a terminal expression (references inlined), or None if too long.
     fn regex(&self, e: &Expr) -> Option<String> {
         let mut out = String::new();
@@ -752,25 +787,17 @@ impl Translator {
             Expr::Lit(s) => s.iter().for_each(|&c| rx_char(c as u32, out)),
             Expr::Class(set) => rx_class(set, out),
             Expr::Ref(r) => match &self.term_rx[*r] {
-                Some(rx) => {
-                    out.push_str("(?:");
-                    out.push_str(rx);
-                    out.push(')');
-                }
+                // no group needed: alternations and repetitions bring their own
+                Some(rx) => out.push_str(rx),
                 None => return false,
             },
             Expr::Token { .. } => return false,
             Expr::Seq(v) => {
+                // every item's regex concatenates as is: alternations and repetitions bring
+                // their own groups
                 for e in v {
-                    let atomic = matches!(e, Expr::Class(_) | Expr::Ref(_) | Expr::Rep { .. } | Expr::Lit(_));
-                    if !atomic {
-                        out.push_str("(?:");
-                    }
                     if !self.regex_into(e, out) {
                         return false;
-                    }
-                    if !atomic {
-                        out.push(')');
                     }
                 }
             }
@@ -787,12 +814,7 @@ impl Translator {
                 out.push(')');
             }
             Expr::Rep { inner, min, max } => {
-                let single = match &**inner {
-                    Expr::Class(_) | Expr::Alt(_) => true, // an alternation brings its own group
-                    Expr::Lit(s) => s.len() == 1,
-                    _ => false,
-                };
-                if single {
+                if self.rx_is_atom(inner) {
                     self.regex_into(inner, out);
                 } else {
                     out.push_str("(?:");
@@ -872,7 +894,7 @@ impl Translator {
                     if i > 0 {
                         out.push(' ');
                     }
-                    self.lark_terminal_atom(e, out);
+                    self.lark_terminal_wrapped(e, matches!(e, Expr::Alt(_)), out);
                 }
             }
             Expr::Alt(v) => {
@@ -885,14 +907,15 @@ impl Translator {
             }
             Expr::Rep { max: Some(0), .. } => out.push_str("\"\""),
             Expr::Rep { inner, min, max } => {
-                self.lark_terminal_atom(inner, out);
+                let wrap = matches!(&**inner, Expr::Seq(_) | Expr::Alt(_) | Expr::Rep { .. });
+                self.lark_terminal_wrapped(inner, wrap, out);
                 out.push_str(&rep_suffix(*min, *max));
             }
         }
     }
 
-    fn lark_terminal_atom(&self, e: &Expr, out: &mut String) {
-        if matches!(e, Expr::Seq(_) | Expr::Alt(_) | Expr::Rep { .. }) {
+    fn lark_terminal_wrapped(&self, e: &Expr, wrap: bool, out: &mut String) {
+        if wrap {
             out.push('(');
             self.lark_terminal(e, out);
             out.push(')');
@@ -909,21 +932,21 @@ impl Translator {
         }
     }
 
-    /// A Lark rule body for `e`, which `follow` can follow, and whether it is one atom
-    /// (needs no parentheses before an operator).
-    fn lark_rule(&mut self, e: &Expr, follow: &CharSet) -> (String, bool) {
+    /// A Lark rule body for `e`, which `follow` can follow, and its precedence: `ALT`
+    /// (an alternation), `SEQ` (a sequence or a repetition) or `ATOM`.
+    fn lark_rule(&mut self, e: &Expr, follow: &CharSet) -> (String, u8) {
         match e {
-            Expr::Lit(s) => (lark_string(s), true),
+            Expr::Lit(s) => (lark_string(s), ATOM),
             Expr::Class(set) => {
                 let mut s = String::from("/");
                 rx_class(set, &mut s);
                 s.push('/');
-                (s, true)
+                (s, ATOM)
             }
-            Expr::Ref(r) if self.terminal[*r] => (self.names[*r].to_ascii_uppercase(), true),
-            Expr::Ref(r) => (self.names[*r].clone(), true),
-            Expr::Token { token, negated } => (Self::token_lark(token, *negated), true),
-            Expr::Seq(v) if v.is_empty() => ("\"\"".into(), true),
+            Expr::Ref(r) if self.terminal[*r] => (self.names[*r].to_ascii_uppercase(), ATOM),
+            Expr::Ref(r) => (self.names[*r].clone(), ATOM),
+            Expr::Token { token, negated } => (Self::token_lark(token, *negated), ATOM),
+            Expr::Seq(v) if v.is_empty() => ("\"\"".into(), ATOM),
             Expr::Seq(v) => {
                 // follows[k]: what can follow item k
                 let mut follows = vec![CharSet::new(); v.len()];
@@ -941,9 +964,9 @@ impl Translator {
                 let mut i = 0;
                 while i < v.len() {
                     let mut end = i; // exclusive end of the run emitted as one lexeme
-                    if self.expr_is_terminal(&v[i]) {
+                    if Self::expr_is_primitive(&v[i]) {
                         let mut j = i;
-                        while j + 1 < v.len() && self.expr_is_terminal(&v[j + 1]) {
+                        while j + 1 < v.len() && Self::expr_is_primitive(&v[j + 1]) {
                             j += 1;
                         }
                         // the longest safe run i..=k of two or more items
@@ -959,39 +982,45 @@ impl Translator {
                         }
                     }
                     if end == i {
-                        parts.push(self.lark_rule_atom(&v[i], &follows[i]));
+                        parts.push(self.lark_rule_min(&v[i], &follows[i], SEQ));
                         end = i + 1;
                     }
                     i = end;
                 }
-                let atomic = parts.len() == 1;
-                (parts.join(" "), atomic)
+                let prec = if parts.len() == 1 { ATOM } else { SEQ };
+                (parts.join(" "), prec)
             }
             Expr::Alt(v) => {
                 let alts: Vec<String> = v.iter().map(|e| self.lark_rule(e, follow).0).collect();
-                (alts.join(" | "), false)
+                (alts.join(" | "), ALT)
             }
-            Expr::Rep { max: Some(0), .. } => ("\"\"".into(), true),
+            Expr::Rep { max: Some(0), .. } => ("\"\"".into(), ATOM),
             Expr::Rep { inner, min, max } => {
-                if self.expr_is_terminal(e) {
-                    if let Some(rx) = self.regex(e) {
+                // a repetition of a small terminal is one lexeme, not a grammar-level loop
+                // over (often single-character) lexemes
+                let repeats = max.is_none_or(|m| m > 1);
+                if Self::expr_is_primitive(e) || (repeats && self.expr_is_terminal(e)) {
+                    if let Some(rx) =
+                        self.regex(e).filter(|rx| Self::expr_is_primitive(e) || rx.len() <= MAX_INLINE_REP)
+                    {
                         if self.safe(&rx, follow) {
-                            return (format!("/{rx}/"), true);
+                            return (format!("/{rx}/"), ATOM);
                         }
                     }
                 }
                 let inner_follow = self.rep_inner_follow(inner, *max, follow);
-                let mut s = self.lark_rule_atom(inner, &inner_follow);
+                let mut s = self.lark_rule_min(inner, &inner_follow, ATOM);
                 s.push_str(&rep_suffix(*min, *max));
-                (s, false)
+                (s, SEQ)
             }
         }
     }
 
-    fn lark_rule_atom(&mut self, e: &Expr, follow: &CharSet) -> String {
+    /// [`Translator::lark_rule`], parenthesized if its precedence is below `min`.
+    fn lark_rule_min(&mut self, e: &Expr, follow: &CharSet, min: u8) -> String {
         match self.lark_rule(e, follow) {
-            (s, true) => s,
-            (s, false) => format!("({s})"),
+            (s, p) if p >= min => s,
+            (s, _) => format!("({s})"),
         }
     }
 
@@ -1087,7 +1116,7 @@ other ::=
         let lark = gbnf_to_lark(g).unwrap();
         let expected = r#"%llguidance {}
 
-start: /aA\x{E9}[\x{0}-\x{5C}\x{5E}-`d-\x{10FFFF}][\x{0}-\x{10FFFF}]/ (item{2,3}) /(?:x|y)*(?:(?:))?/
+start: /aA\x{E9}[\x{0}-\x{5C}\x{5E}-`d-\x{10FFFF}][\x{0}-\x{10FFFF}]/ item{2,3} /(?:x|y)*/ OTHER?
 item: /[0-9]+\x{2D}/ | <[5]> | <[^6]>
 OTHER: ""
 "#;
@@ -1119,6 +1148,9 @@ OTHER: ""
         // safe ones become terminals
         let lark = gbnf_to_lark("root ::= num \";\"\nnum ::= [0-9]+ ws\nws ::= [ \\t\\n]*\n").unwrap();
         assert!(lark.contains("NUM: ") && lark.contains("WS: "), "{lark}");
+        // a repetition of a terminal rule is one lexeme, not a loop over one-char lexemes
+        let lark = gbnf_to_lark("root ::= ch+ (\" \" ch+)*\nch ::= l | d\nl ::= [a-z]\nd ::= [0-9]\n").unwrap();
+        assert!(lark.starts_with("%llguidance {}\n\nstart: /(?:[a-z]|[0-9])+/ /(?: (?:[a-z]|[0-9])+)*/\n"), "{lark}");
     }
 
     #[test]

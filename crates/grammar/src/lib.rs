@@ -409,12 +409,15 @@ impl Constraint {
         let mask = self.mask()?;
         let (head, tail) = logits.split_at_mut(n_vocab);
         for (chunk, &word) in head.chunks_mut(32).zip(mask.as_slice()) {
-            if word == u32::MAX {
-                continue;
-            }
-            for (i, l) in chunk.iter_mut().enumerate() {
-                if word >> i & 1 == 0 {
-                    *l = f32::NEG_INFINITY;
+            match word {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                _ => {
+                    // branchless, so it vectorizes
+                    for (i, l) in chunk.iter_mut().enumerate() {
+                        let keep = (word >> i) & 1 != 0;
+                        *l = if keep { *l } else { f32::NEG_INFINITY };
+                    }
                 }
             }
         }
