@@ -372,13 +372,15 @@ fn split(
 ) {
     let nth = pool.n_threads();
     // Row blocks, all tokens per block: weights are read once.
-    // A multiple of 8 rows, so 8-row kernels never fall back to their one-row tail.
-    let rb = rows.div_ceil(nth * 8).next_multiple_of(8).clamp(16, 1024).min(rows);
+    // A multiple of 16 rows, so 8-row kernels never fall back to their one-row tail and
+    // 16-row ones (two 8-row groups per 512-bit vector) not to their 8-row one.
+    let rb = rows.div_ceil(nth * 8).next_multiple_of(16).clamp(16, 1024).min(rows);
     if mode == Mode::Rowwise {
         // Tile kernels run 8 tokens per pass over the tile's rows: with more, keep the
-        // tile's weights L2-sized (still a multiple of 8 rows; no row's arithmetic
+        // tile's weights L2-sized (still a multiple of 16 rows; no row's arithmetic
         // depends on where its block starts or ends).
-        let rb = if n_tokens > 8 { rb.min((ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 1024) / 8 * 8) } else { rb };
+        let rb =
+            if n_tokens > 8 { rb.min((ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 1024) / 16 * 16) } else { rb };
         return split_rows(pool, rows, n_tokens, rb, y, tile);
     }
     if n_tokens < TOKEN_SPLIT_FROM {
@@ -391,8 +393,8 @@ fn split(
     let tb = (n_tokens / 8).clamp(4, (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK));
     // Rows per tile: the tile's weights (re-read once per 4 tokens) stay in L2, and the
     // kernel's per-tile set-up (activation scales) is amortised over many rows.
-    // A multiple of 8 rows: repacked layouts keep 8-row groups together.
-    let row_block = (ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 512) / 8 * 8;
+    // A multiple of 16 rows: repacked layouts keep 8-row groups together, in pairs.
+    let row_block = (ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 512) / 16 * 16;
     let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(tb * rows).map(Mutex::new).collect();
     pool.for_each(chunks.len(), &|i| {
         let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
@@ -406,7 +408,7 @@ fn split(
     });
 }
 
-/// [`split`] by blocks of `rb` rows (a multiple of 8, or all rows), all tokens per block.
+/// [`split`] by blocks of `rb` rows (a multiple of 16, or all rows), all tokens per block.
 fn split_rows(pool: &Pool, rows: usize, n_tokens: usize, rb: usize, y: &mut [f32], tile: &TileClosure<'_>) {
     let n_items = rows.div_ceil(rb);
     if n_tokens == 1 {

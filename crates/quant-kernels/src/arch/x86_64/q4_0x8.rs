@@ -74,11 +74,32 @@ pub fn tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     // SAFETY: the asserts above bound every weight group, activation row and output the
     // kernel touches; the features were detected at run time (`has_vnni`).
     unsafe {
+        // Pairs of 8-row groups, 16 rows per 512-bit vector, 8 tokens per pass.
+        let pairs = t.rows / 16;
         let mut t0 = 0;
-        while t0 < t.tokens {
-            let a = (t.w.as_ptr(), t.rows, nb, t.x.as_ptr(), t.x_stride, dx.as_ptr(), off.as_ptr());
-            let (w, rows, nb, x, xs, dx, off) = a;
+        while pairs > 0 && t0 < t.tokens {
+            let a = (t.w.as_ptr(), pairs, nb, t.x.as_ptr(), t.x_stride, dx.as_ptr(), off.as_ptr());
+            let (w, pairs, nb, x, xs, dx, off) = a;
             let yp = y.as_mut_ptr();
+            match t.tokens - t0 {
+                1 => imp16::<1>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                2 => imp16::<2>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                3 => imp16::<3>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                4 => imp16::<4>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                5 => imp16::<5>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                6 => imp16::<6>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                7 => imp16::<7>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+                _ => imp16::<8>(w, pairs, nb, x, xs, dx, off, t0, yp, y_stride),
+            }
+            t0 += 8;
+        }
+        // The last group of an odd number of groups, 256-bit.
+        let r0 = 16 * pairs;
+        let mut t0 = 0;
+        while r0 < t.rows && t0 < t.tokens {
+            let a = (t.w.as_ptr().add(r0 * row), t.rows - r0, nb, t.x.as_ptr(), t.x_stride, dx.as_ptr(), off.as_ptr());
+            let (w, rows, nb, x, xs, dx, off) = a;
+            let yp = y.as_mut_ptr().add(r0);
             match t.tokens - t0 {
                 1 => imp::<1>(w, rows, nb, x, xs, dx, off, t0, yp, y_stride),
                 2 => imp::<2>(w, rows, nb, x, xs, dx, off, t0, yp, y_stride),
@@ -86,6 +107,64 @@ pub fn tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
                 _ => imp::<4>(w, rows, nb, x, xs, dx, off, t0, yp, y_stride),
             }
             t0 += 4;
+        }
+    }
+}
+
+/// Group pairs `0..pairs` (rows `16p..16p+16`) against tokens `t0..t0+T`: [`imp`] with
+/// group `2p` in the low 256 bits and `2p+1` in the high ones of each vector, so every
+/// lane runs the same operations in the same order (the same bits).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn imp16<const T: usize>(
+    w: *const u8,
+    pairs: usize,
+    nb: usize,
+    x: *const u8,
+    x_stride: usize,
+    dx: *const f32,
+    off: *const i32,
+    t0: usize,
+    y: *mut f32,
+    y_stride: usize,
+) {
+    let m4 = _mm512_set1_epi8(0xF);
+    let join = |a: *const u8, b: *const u8| {
+        let lo = _mm512_castsi256_si512(_mm256_loadu_si256(a as *const __m256i));
+        _mm512_inserti64x4::<1>(lo, _mm256_loadu_si256(b as *const __m256i))
+    };
+    for g in 0..pairs {
+        let gw0 = w.add(2 * g * 8 * nb * WB);
+        let gw1 = gw0.add(8 * nb * WB);
+        let mut acc = [_mm512_setzero_ps(); T];
+        for b in 0..nb {
+            let (p0, p1) = (gw0.add(b * GROUP_BLOCK), gw1.add(b * GROUP_BLOCK));
+            let h0 = _mm256_castsi128_si256(_mm_loadu_si128(p0 as *const __m128i));
+            let dh = _mm256_inserti128_si256::<1>(h0, _mm_loadu_si128(p1 as *const __m128i));
+            let dw = _mm512_cvtph_ps(dh);
+            let mut lo = [_mm512_setzero_si512(); 4];
+            let mut hi = [_mm512_setzero_si512(); 4];
+            for k in 0..4 {
+                let v = join(p0.add(16 + 32 * k), p1.add(16 + 32 * k));
+                lo[k] = _mm512_and_si512(v, m4);
+                hi[k] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+            }
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let i = (t0 + t) * nb + b;
+                let xq = x.add((t0 + t) * x_stride + b * Q8_0_BYTES + 2);
+                let mut s = _mm512_set1_epi32(*off.add(i));
+                for k in 0..4 {
+                    let xl = _mm512_set1_epi32((xq.add(4 * k) as *const i32).read_unaligned());
+                    let xh = _mm512_set1_epi32((xq.add(16 + 4 * k) as *const i32).read_unaligned());
+                    s = _mm512_dpbusd_epi32(s, lo[k], xl);
+                    s = _mm512_dpbusd_epi32(s, hi[k], xh);
+                }
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(*dx.add(i)));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, *acc);
+            }
+        }
+        for (t, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(y.add((t0 + t) * y_stride + 16 * g), *acc);
         }
     }
 }
