@@ -34,6 +34,10 @@ use std::collections::HashMap;
 use crate::charset::CharSet;
 use crate::{Error, Result};
 
+/// Deepest nesting of parentheses (the translation recurses over it).
+const MAX_GROUP_DEPTH: usize = 64;
+/// Most repetition operators applied to one item (`x?*+`).
+const MAX_STACKED_OPS: usize = 4;
 /// llama.cpp's `MAX_REPETITION_THRESHOLD`.
 const MAX_REPETITION: u32 = 2000;
 /// Most DFA states explored when checking whether a lexeme is safe.
@@ -92,7 +96,7 @@ pub(crate) type TokenLookup<'a> = &'a dyn Fn(&[u8]) -> Option<u32>;
 /// Translates a GBNF grammar to llguidance Lark. Without `lookup`, `<text>` token
 /// references are passed through for llguidance to resolve among the special tokens.
 pub(crate) fn to_lark(src: &str, lookup: Option<TokenLookup>) -> Result<String> {
-    let rules = Parser { src, pos: 0, rules: Vec::new(), ids: HashMap::new(), lookup }.parse()?;
+    let rules = Parser { src, pos: 0, rules: Vec::new(), ids: HashMap::new(), lookup, depth: 0 }.parse()?;
     Translator::new(rules).emit()
 }
 
@@ -122,6 +126,8 @@ struct Parser<'a> {
     rules: Vec<Rule>,
     ids: HashMap<String, usize>,
     lookup: Option<TokenLookup<'a>>,
+    /// Current nesting of parentheses.
+    depth: usize,
 }
 
 fn is_word_char(c: char) -> bool {
@@ -353,9 +359,15 @@ impl Parser<'_> {
                     items.push(Expr::Token { token, negated });
                 }
                 '(' => {
+                    if self.depth >= MAX_GROUP_DEPTH {
+                        return Err(self.err(format!("parentheses nested deeper than {MAX_GROUP_DEPTH}")));
+                    }
                     self.pos += 1;
                     self.skip_space(true);
-                    let inner = self.alternates(true)?;
+                    self.depth += 1;
+                    let inner = self.alternates(true);
+                    self.depth -= 1;
+                    let inner = inner?;
                     if self.peek() != Some(')') {
                         return Err(gbnf_error(self.src, start, "unclosed '('"));
                     }
@@ -370,6 +382,15 @@ impl Parser<'_> {
                     let Some(last) = items.pop() else {
                         return Err(self.err(format!("'{c}' needs a preceding item")));
                     };
+                    let mut stacked = 0;
+                    let mut e = &last;
+                    while let Expr::Rep { inner, .. } = e {
+                        stacked += 1;
+                        e = inner;
+                    }
+                    if stacked >= MAX_STACKED_OPS {
+                        return Err(self.err(format!("more than {MAX_STACKED_OPS} repetition operators on one item")));
+                    }
                     self.pos += 1;
                     let (min, max) = match c {
                         '*' => (0, None),
@@ -1135,6 +1156,8 @@ OTHER: ""
         assert!(e("root ::= \"a\"{3,1}\n").contains("below its minimum"));
         assert!(e("root ::= \"\\q\"\n").contains("unknown escape"));
         assert!(e("root : \"a\"\n").contains("expected '::='"));
+        assert!(e(&format!("root ::= {}\"a\"{}\n", "(".repeat(100), ")".repeat(100))).contains("nested deeper"));
+        assert!(e("root ::= \"a\"?????\n").contains("repetition operators"));
         let msg = e("root ::= \"a\"\nx ::= \"b\" )\n");
         assert!(msg.contains("line 2"), "{msg}");
     }

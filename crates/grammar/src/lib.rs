@@ -15,11 +15,27 @@
 //! module docs for how lexemes are chosen); Lark text starting with `%llguidance` is
 //! accepted as GBNF input too, as llama.cpp does.
 //!
+//! Integration notes:
+//! - [`Vocab`] is `Send + Sync`: build it once per model (0.2–1.2 s for 49k–262k tokens)
+//!   and share it; [`Constraint`] is `Send`, one per request (compiling a JSON schema
+//!   takes about a millisecond). [`Constraint::apply`] costs tens of microseconds.
+//! - Prefer [`Vocab::from_shared_tokenizer`]: text the grammar forces (fixed JSON keys,
+//!   GBNF literals) is then offered only in the tokenizer's canonical tokenization, as in
+//!   llama.cpp. With [`Vocab::from_tokenizer`] any tokenization of it is allowed.
+//! - End-of-generation tokens are all of `Tokenizer::eog_ids()`; the grammar allows them
+//!   exactly where it can end. [`Constraint::is_finished`] turns true when nothing else
+//!   can follow (e.g. after the closing `}` of a JSON object with no trailing whitespace
+//!   allowed), so the caller can stop without sampling EOS.
+//! - JSON schemas follow llguidance: flexible whitespace, unsupported keywords are
+//!   errors; a schema may carry `"x-guidance": {"whitespace_flexible": false}` (compact
+//!   JSON) or `{"lenient": true}` (ignore unsupported keywords).
+//!
 //! ```no_run
 //! # fn main() -> grammar::Result<()> {
 //! use std::sync::Arc;
 //! # let tokenizer: tokenizer::Tokenizer = unimplemented!();
-//! let vocab = Arc::new(grammar::Vocab::from_tokenizer(&tokenizer)?);
+//! # let tokenizer = Arc::new(tokenizer);
+//! let vocab = Arc::new(grammar::Vocab::from_shared_tokenizer(tokenizer.clone())?);
 //! let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::JsonObject)?;
 //! # let mut logits = vec![0f32; vocab.n_vocab()];
 //! # let sample = |l: &[f32]| 0u32;

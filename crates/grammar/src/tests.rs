@@ -226,3 +226,37 @@ fn whitespace_before_a_newline_is_not_one_greedy_lexeme() {
     assert!(feed(Spec::Gbnf(g.into())), "the translation can end after a line");
     assert!(!feed(Spec::Lark(naive.into())), "a greedy `NUM WS` lexeme ate the newline");
 }
+
+#[test]
+fn x_guidance_options_pass_through() {
+    let v = tiny_vocab();
+    let strict = json!({"type": "array", "items": {"type": "integer"}, "uniqueItems": true, "maxItems": 3});
+    assert!(Constraint::new(&v, &Spec::JsonSchema(strict.clone())).is_err());
+    let mut lenient = strict;
+    lenient["x-guidance"] = json!({"lenient": true});
+    assert!(Constraint::new(&v, &Spec::JsonSchema(lenient)).is_ok());
+    let compact = json!({
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "minimum": 0, "maximum": 999},
+            "b": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}
+        },
+        "required": ["a", "b"],
+        "additionalProperties": false,
+        "x-guidance": {"whitespace_flexible": false}
+    });
+    for seed in 0..5 {
+        let run = common::drive(&v, &Spec::JsonSchema(compact.clone()), seed, 500);
+        assert!(run.finished, "{}", run.text);
+        assert!(!run.text.contains([' ', '\n', '\t']), "compact JSON: {}", run.text);
+        let value: serde_json::Value = serde_json::from_str(&run.text).unwrap();
+        assert!(value["a"].is_i64() && value["b"].is_array(), "{}", run.text);
+    }
+}
+
+#[test]
+fn token_ids_out_of_range_are_errors() {
+    let v = tiny_vocab();
+    let e = Constraint::new(&v, &Spec::Gbnf("root ::= <[99999]>\n".into())).unwrap_err();
+    assert!(e.to_string().contains("99999"), "{e}");
+}
