@@ -127,6 +127,15 @@ pub struct RunArgs {
     /// Print one JSON object (token ids, text, timings) instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Constrain the output with a GBNF grammar (llama.cpp's syntax; `%llguidance` for Lark).
+    #[arg(long, conflicts_with_all = ["grammar_file", "json_schema"])]
+    grammar: Option<String>,
+    /// Read the GBNF grammar from a file.
+    #[arg(long = "grammar-file", conflicts_with = "json_schema")]
+    grammar_file: Option<PathBuf>,
+    /// Constrain the output to JSON matching this JSON schema (`{}` for any JSON value).
+    #[arg(short = 'j', long = "json-schema")]
+    json_schema: Option<String>,
 }
 
 /// `gguf logits`.
@@ -250,6 +259,23 @@ fn prompt_tokens(
     Ok(ids)
 }
 
+/// The `--grammar` / `--grammar-file` / `--json-schema` constraint, if any.
+fn constraint_of(l: &Loaded, args: &RunArgs) -> Result<Option<grammar::Constraint>> {
+    let spec = match (&args.grammar, &args.grammar_file, &args.json_schema) {
+        (Some(g), _, _) => grammar::Spec::Gbnf(g.clone()),
+        (_, Some(f), _) => grammar::Spec::Gbnf(
+            std::fs::read_to_string(f).with_context(|| format!("reading --grammar-file {}", f.display()))?,
+        ),
+        (_, _, Some(j)) => {
+            let v: serde_json::Value = serde_json::from_str(j).context("--json-schema is not valid JSON")?;
+            grammar::Spec::JsonSchema(server::api::bounded_json_whitespace(v))
+        }
+        _ => return Ok(None),
+    };
+    let vocab = std::sync::Arc::new(grammar::Vocab::from_tokenizer(&l.tok)?);
+    Ok(Some(grammar::Constraint::new(&vocab, &spec)?))
+}
+
 /// `gguf run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let l = load(&args.model)?;
@@ -280,6 +306,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for &t in &prompt {
         sampler.accept(t);
     }
+    let mut constraint = constraint_of(&l, args)?;
     let t0 = Instant::now();
     let mut logits = l.model.forward(st.as_mut(), &prompt, Logits::Last)?;
     let prompt_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -303,7 +330,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 }
             }
         }
+        if let Some(c) = constraint.as_mut() {
+            c.apply(&mut logits)?;
+        }
         let id = sampler.sample(&logits);
+        if let Some(c) = constraint.as_mut() {
+            c.accept(id)?;
+        }
         if l.tok.is_eog(id) {
             stop_reason = "eog";
             break;

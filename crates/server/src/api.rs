@@ -135,6 +135,16 @@ pub fn prob_entry(id: u32, bytes: &[u8], p: &TokenProbs) -> Value {
     json!({"id": id, "token": valid_prefix(bytes), "bytes": bytes, "logprob": p.logprob, "top_logprobs": top})
 }
 
+/// A JSON schema whose whitespace between tokens is what llama.cpp's
+/// json-schema-to-grammar allows (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`): bounded, so a
+/// model cannot pad forever. A schema with its own `x-guidance` options keeps them.
+pub fn bounded_json_whitespace(mut schema: Value) -> Value {
+    if let Some(o) = schema.as_object_mut() {
+        o.entry("x-guidance").or_insert_with(|| json!({"whitespace_pattern": "(\\x20|\\x0A{1,2}[\\x20\\x09]{0,20})"}));
+    }
+    schema
+}
+
 /// Unix time in seconds.
 pub fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())

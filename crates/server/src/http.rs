@@ -831,14 +831,7 @@ fn builtin_constraint(r: &Ready, g: &GrammarRequest) -> Result<Box<dyn Constrain
         .get_or_init(|| grammar::Vocab::from_shared_tokenizer(r.tok.clone()).map(Arc::new).map_err(|e| e.to_string()))
         .clone()
         .map_err(|e| Error::NotSupported(format!("constrained decoding is not available for this model: {e}")))?;
-    // Whitespace between JSON tokens as llama.cpp's json-schema-to-grammar allows it
-    // (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`): bounded, so a model cannot pad forever.
-    let bounded = |mut v: Value| {
-        if let Some(o) = v.as_object_mut() {
-            o.entry("x-guidance").or_insert_with(|| json!({"whitespace_pattern": "(\\x20|\\x0A{1,2}[\\x20\\x09]{0,20})"}));
-        }
-        v
-    };
+    let bounded = api::bounded_json_whitespace;
     let spec = match g {
         GrammarRequest::Gbnf(src) => grammar::Spec::Gbnf(src.clone()),
         GrammarRequest::JsonSchema(v) => grammar::Spec::JsonSchema(bounded(v.clone())),
