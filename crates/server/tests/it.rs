@@ -487,3 +487,23 @@ fn shutdown_ends_running_streams_cleanly() {
         assert_eq!(last["stop_type"], "limit");
     }
 }
+
+/// `--timeout`: a generation that runs past its time limit ends with what it has
+/// (`stop_type` "limit"), and the slot is free again.
+#[test]
+fn the_request_time_limit_ends_long_generations() {
+    let s = start(|c| {
+        c.timeout_s = 1;
+        c.n_parallel = 1;
+        c.n_ctx = 100_000;
+    });
+    let t0 = Instant::now();
+    let (code, r) =
+        s.post("/completion", &json!({"prompt": "go", "n_predict": 90000, "temperature": 0, "ignore_eos": true}));
+    let dt = t0.elapsed();
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["stop_type"], "limit");
+    assert!(r["tokens_predicted"].as_u64().unwrap() < 90000);
+    assert!(dt < Duration::from_secs(5), "took {dt:?}");
+    s.wait_idle();
+}
