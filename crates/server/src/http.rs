@@ -1216,6 +1216,11 @@ fn chunk(meta: &Meta, choices: Value) -> Value {
     })
 }
 
+/// The first chunk of a chat stream (OpenAI sends the role first).
+fn role_chunk(meta: &Meta) -> Value {
+    chunk(meta, json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]))
+}
+
 fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Response {
     let (tx, out) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     tokio::spawn(async move {
@@ -1230,16 +1235,26 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
             let mut events: Vec<Value> = Vec::new();
             let mut done = false;
             match &ev {
-                Event::Token { slot, id, text, probs } => {
+                Event::Token { .. } | Event::Text(_) => {
                     g.add(&tok, &ev);
-                    let entry = probs
-                        .as_ref()
-                        .map(|p| api::prob_entry(*id, &tok.token_to_piece(*id, true).unwrap_or_default(), p));
+                    let (id, text, slot, probs) = match &ev {
+                        Event::Token { slot, id, text, probs } => {
+                            (Some(*id), text.as_str(), Some(*slot), probs.as_ref())
+                        }
+                        Event::Text(t) => (None, t.as_str(), None, None),
+                        _ => unreachable!("matched above"),
+                    };
+                    let entry = match (id, probs) {
+                        (Some(id), Some(p)) => {
+                            Some(api::prob_entry(id, &tok.token_to_piece(id, true).unwrap_or_default(), p))
+                        }
+                        _ => None,
+                    };
                     match meta.kind {
                         Kind::Llama => {
                             let mut v = json!({
-                                "index": 0, "content": text, "tokens": [id], "stop": false, "id_slot": slot,
-                                "tokens_predicted": g.tokens.len(), "tokens_evaluated": Value::Null,
+                                "index": 0, "content": text, "tokens": id.map_or(Vec::new(), |i| vec![i]), "stop": false,
+                                "id_slot": slot, "tokens_predicted": g.tokens.len(), "tokens_evaluated": Value::Null,
                             });
                             if let Some(e) = entry {
                                 v["completion_probabilities"] = json!([e]);
@@ -1259,10 +1274,7 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
                         Kind::Chat => {
                             if first {
                                 first = false;
-                                events.push(chunk(
-                                    &meta,
-                                    json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
-                                ));
+                                events.push(role_chunk(&meta));
                             }
                             if !text.is_empty() && meta.tools.is_none() {
                                 let mut c = json!({"finish_reason": null, "index": 0, "delta": {"content": text}});
@@ -1274,32 +1286,6 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
                         }
                     }
                 }
-                Event::Text(t) => {
-                    g.add(&tok, &ev);
-                    match meta.kind {
-                        Kind::Llama => events.push(json!({"index": 0, "content": t, "tokens": [], "stop": false})),
-                        Kind::Completions => events.push(json!({
-                            "choices": [{"text": t, "index": 0, "logprobs": null, "finish_reason": null}],
-                            "created": meta.created, "model": meta.model, "system_fingerprint": build_info(),
-                            "object": "text_completion", "id": meta.id,
-                        })),
-                        Kind::Chat => {
-                            if first {
-                                first = false;
-                                events.push(chunk(
-                                    &meta,
-                                    json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
-                                ));
-                            }
-                            if meta.tools.is_none() {
-                                events.push(chunk(
-                                    &meta,
-                                    json!([{"finish_reason": null, "index": 0, "delta": {"content": t}}]),
-                                ));
-                            }
-                        }
-                    }
-                }
                 Event::Done(s) => {
                     done = true;
                     match meta.kind {
@@ -1307,10 +1293,7 @@ fn stream_response(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Respon
                         Kind::Completions => events.push(final_completions(&meta, &g, s, true)),
                         Kind::Chat => {
                             if first {
-                                events.push(chunk(
-                                    &meta,
-                                    json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
-                                ));
+                                events.push(role_chunk(&meta));
                             }
                             let mut reason = finish_reason(s);
                             if meta.tools.is_some() {
