@@ -165,7 +165,8 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
             }
         }
     }
-    if l.repack || tokens < 2 {
+    // Only the 4-, 6- and 8-token groups run two tokens per vector.
+    if l.repack || !(tokens >= 8 || tokens == 4 || tokens == 6) {
         return;
     }
     let pairs = tokens.div_ceil(2);
@@ -191,7 +192,7 @@ thread_local! {
 }
 
 macro_rules! legacy_tile {
-    ($name:ident, $imp:ident, $pairs:ident, $l:expr, $unpack:ident) => {
+    ($name:ident, $imp:ident, $pairs:ident, $rows2:ident, $l:expr, $unpack:ident) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -328,6 +329,87 @@ macro_rules! legacy_tile {
             }
         }
 
+        /// [`$imp`] for tokens `t0..t0+T`, two rows at a time: row `r` in the low 256 bits
+        /// of a 512-bit vector, row `r+1` in the high ones (each token's activation block
+        /// broadcast to both), each half with its row's `d_w·d_x` and the two rows' `m·s`
+        /// chains as two lanes of one fma: every lane runs the operations of the 256-bit
+        /// kernel in its order (the same bits). An odd last row goes through [`$imp`].
+        /// Not for `l.repack`.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn $rows2<const T: usize>(
+            w: *const u8,
+            w_stride: usize,
+            rows: usize,
+            nb: usize,
+            x: *const u8,
+            x_stride: usize,
+            p: &Prep,
+            tokens: usize,
+            t0: usize,
+            y: *mut f32,
+            y_stride: usize,
+        ) {
+            let l = $l;
+            let half = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            for r in (0..rows / 2).map(|i| 2 * i) {
+                let w0 = w.add(r * w_stride);
+                let w1 = w0.add(w_stride);
+                let mut acc = [_mm512_setzero_ps(); T];
+                let mut summ = [_mm_setzero_ps(); T];
+                for b in 0..nb {
+                    let (b0, b1) = (w0.add(b * l.wb), w1.add(b * l.wb));
+                    _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(2 * w_stride) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(2 * w_stride) as *const i8);
+                    let q = join256($unpack(b0), $unpack(b1));
+                    // [d0, d1, ..] and [m0, m1, ..] (q4_1/q5_1) from fp16.
+                    let (dw, mw) = if l.has_min {
+                        let h = _mm_set_epi32(
+                            0,
+                            0,
+                            (b1 as *const i32).read_unaligned(),
+                            (b0 as *const i32).read_unaligned(),
+                        );
+                        let v = _mm_cvtph_ps(h);
+                        (_mm_shuffle_ps::<0b10_00_10_00>(v, v), _mm_shuffle_ps::<0b11_01_11_01>(v, v))
+                    } else {
+                        let h0 = (b0 as *const u16).read_unaligned() as i32;
+                        let h1 = (b1 as *const u16).read_unaligned() as i32;
+                        (_mm_cvtph_ps(_mm_set_epi32(0, 0, 0, h1 << 16 | h0)), _mm_setzero_ps())
+                    };
+                    let dw = _mm512_permutexvar_ps(half, _mm512_castps128_ps512(dw));
+                    for t in 0..T {
+                        let i = (t0 + t) * nb + b;
+                        let dx = *p.d.get_unchecked(b * tokens + t0 + t);
+                        let xq = _mm512_broadcast_i64x4(load256(x.add((t0 + t) * x_stride + b * l.xb + l.xq)));
+                        let init = if l.offset != 0 {
+                            _mm512_broadcast_i64x4(*p.off.get_unchecked(i))
+                        } else {
+                            _mm512_setzero_si512()
+                        };
+                        let dot = _mm512_dpbusd_epi32(init, q, xq);
+                        let d = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+                        acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[t]);
+                        if l.has_min {
+                            let s = _mm_set1_ps(*p.s.get_unchecked(b * tokens + t0 + t));
+                            summ[t] = _mm_fmadd_ps(mw, s, summ[t]);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let lo = _mm512_castps512_ps256(acc[t]);
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[t])));
+                    let yr = y.add((t0 + t) * y_stride + r);
+                    *yr = hsum_float_8(lo) + _mm_cvtss_f32(summ[t]);
+                    *yr.add(1) = hsum_float_8(hi) + _mm_cvtss_f32(_mm_movehdup_ps(summ[t]));
+                }
+            }
+            if rows % 2 == 1 {
+                let r = rows - 1;
+                $imp::<T>(w.add(r * w_stride), w_stride, 1, nb, x, x_stride, p, tokens, t0, y.add(r), y_stride);
+            }
+        }
+
         /// VNNI tile kernel (see the module docs); falls back to the AVX2/scalar
         /// `vec_dot` loop when the CPU lacks the features.
         pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
@@ -349,10 +431,16 @@ macro_rules! legacy_tile {
                     let (w, ws, r, xs, n) = (w, t.w_stride, t.rows, t.x_stride, t.tokens);
                     let nt = (t.tokens - t0).min(8);
                     match (l.repack, nt) {
-                        (false, 2) => $pairs::<1>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
-                        (false, 3 | 4) => $pairs::<2>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
-                        (false, 5 | 6) => $pairs::<3>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
-                        (false, 7 | 8) => $pairs::<4>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        // Measured (AMD Zen 4): two rows per vector for odd token
+                        // counts and 2, two tokens per vector for 4, 6 and 8.
+                        (false, 1) => $rows2::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (false, 2) => $rows2::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (false, 3) => $rows2::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (false, 4) => $pairs::<2>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        (false, 5) => $rows2::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (false, 6) => $pairs::<3>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                        (false, 7) => $rows2::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (false, 8) => $pairs::<4>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
                         (_, 1) => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         (_, 2) => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         (_, 3) => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
@@ -483,11 +571,11 @@ unsafe fn unpack_q8_0(b: *const u8) -> __m256i {
     _mm256_xor_si256(load256(b.add(2)), _mm256_set1_epi8(-128))
 }
 
-legacy_tile!(q4_0_tile, q4_0_imp, q4_0_pairs, Q4_0, unpack_q4_0);
-legacy_tile!(q4_1_tile, q4_1_imp, q4_1_pairs, Q4_1, unpack_q4_1);
-legacy_tile!(q5_0_tile, q5_0_imp, q5_0_pairs, Q5_0, unpack_q5_0);
-legacy_tile!(q5_1_tile, q5_1_imp, q5_1_pairs, Q5_1, unpack_q5_1);
-legacy_tile!(q8_0_tile, q8_0_imp, q8_0_pairs, Q8_0, unpack_q8_0);
+legacy_tile!(q4_0_tile, q4_0_imp, q4_0_pairs, q4_0_rows2, Q4_0, unpack_q4_0);
+legacy_tile!(q4_1_tile, q4_1_imp, q4_1_pairs, q4_1_rows2, Q4_1, unpack_q4_1);
+legacy_tile!(q5_0_tile, q5_0_imp, q5_0_pairs, q5_0_rows2, Q5_0, unpack_q5_0);
+legacy_tile!(q5_1_tile, q5_1_imp, q5_1_pairs, q5_1_rows2, Q5_1, unpack_q5_1);
+legacy_tile!(q8_0_tile, q8_0_imp, q8_0_pairs, q8_0_rows2, Q8_0, unpack_q8_0);
 
 /// `vec_dot` through a 1 × 1 tile.
 fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
