@@ -630,11 +630,13 @@ fn tools_of(m: &Map<String, Value>) -> Option<&Value> {
 /// Tool calls in the Hermes / Qwen2.5 format (`<tool_call>{"name", "arguments"}</tool_call>`,
 /// what those chat templates ask for): the text outside them and OpenAI `tool_calls`.
 /// A reply that is nothing but such a JSON object naming one of `tools` counts too (small
-/// Qwen2.5 models often drop the tags). `None` when the text holds no well-formed call.
+/// Qwen2.5 models often drop the tags; Llama 3.1 templates ask for exactly that, with
+/// `parameters`). `None` when the text holds no well-formed call.
 pub fn parse_tool_calls(text: &str, tools: &[String]) -> Option<(String, Vec<Value>)> {
     let call = |v: &Value| -> Option<Value> {
         let name = v.get("name")?.as_str()?.to_string();
-        let args = match v.get("arguments") {
+        // `arguments` (Hermes, Qwen) or `parameters` (Llama 3.1's JSON tool calls)
+        let args = match v.get("arguments").or_else(|| v.get("parameters")) {
             Some(Value::String(s)) => s.clone(),
             Some(a) => a.to_string(),
             None => "{}".to_string(),
@@ -1380,5 +1382,8 @@ mod tests {
         let bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}";
         assert_eq!(parse_tool_calls(bare, &names).unwrap().1[0]["function"]["name"], "get_weather");
         assert!(parse_tool_calls("{\"name\": \"other\"}", &names).is_none());
+        let llama = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
+        let c = &parse_tool_calls(llama, &names).unwrap().1[0];
+        assert_eq!(c["function"]["arguments"], "{\"city\":\"Oslo\"}");
     }
 }
