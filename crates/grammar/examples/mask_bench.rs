@@ -25,7 +25,7 @@ fn stats(label: &str, times: &mut [Duration]) {
     let mean = times.iter().sum::<Duration>().as_secs_f64() * 1e6 / n;
     let max = times.last().map_or(0.0, |d| d.as_secs_f64() * 1e6);
     println!(
-        "  {label:<28} n={:<6} mean {mean:>7.1} us  p50 {:>7.1} us  p99 {:>7.1} us  max {max:>8.1} us",
+        "  {label:<36} n={:<6} mean {mean:>7.1} us  p50 {:>7.1} us  p99 {:>7.1} us  max {max:>8.1} us",
         times.len(),
         common::percentile_us(times, 50.0),
         common::percentile_us(times, 99.0),
