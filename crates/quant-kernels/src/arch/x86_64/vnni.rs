@@ -165,8 +165,9 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
             }
         }
     }
-    // Only the 4-, 6- and 8-token groups run two tokens per vector.
-    if l.repack || !(tokens >= 8 || tokens == 4 || tokens == 6) {
+    // Only the 6- and 8-token groups (and 4-token ones without a min) run two tokens
+    // per vector.
+    if l.repack || !(tokens >= 8 || tokens == 6 || (tokens == 4 && !l.has_min)) {
         return;
     }
     let pairs = tokens.div_ceil(2);
@@ -432,10 +433,11 @@ macro_rules! legacy_tile {
                     let nt = (t.tokens - t0).min(8);
                     match (l.repack, nt) {
                         // Measured (AMD Zen 4): two rows per vector for odd token
-                        // counts and 2, two tokens per vector for 4, 6 and 8.
+                        // counts, 2, and 4 with a min term; two tokens per vector else.
                         (false, 1) => $rows2::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         (false, 2) => $rows2::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         (false, 3) => $rows2::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        (false, 4) if l.has_min => $rows2::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         (false, 4) => $pairs::<2>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
                         (false, 5) => $rows2::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                         (false, 6) => $pairs::<3>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
