@@ -74,8 +74,9 @@ pub fn tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     // SAFETY: the asserts above bound every weight group, activation row and output the
     // kernel touches; the features were detected at run time (`has_vnni`).
     unsafe {
-        // Pairs of 8-row groups, 16 rows per 512-bit vector, 8 tokens per pass.
-        let pairs = t.rows / 16;
+        // Pairs of 8-row groups, 16 rows per 512-bit vector, 8 tokens per pass. One token
+        // keeps the one-group kernel (a single weight stream, as for the legacy tiles).
+        let pairs = if t.tokens >= 2 { t.rows / 16 } else { 0 };
         let mut t0 = 0;
         while pairs > 0 && t0 < t.tokens {
             let a = (t.w.as_ptr(), pairs, nb, t.x.as_ptr(), t.x_stride, dx.as_ptr(), off.as_ptr());
@@ -93,7 +94,7 @@ pub fn tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
             }
             t0 += 8;
         }
-        // The last group of an odd number of groups, 256-bit.
+        // The groups left (the last of an odd number; all of them for one token).
         let r0 = 16 * pairs;
         let mut t0 = 0;
         while r0 < t.rows && t0 < t.tokens {
