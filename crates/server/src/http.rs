@@ -132,6 +132,8 @@ struct App {
     cfg: Config,
     ready: OnceLock<Ready>,
     load_error: OnceLock<String>,
+    /// Signalled when loading fails: the server stops with the error, as llama-server exits.
+    failed: tokio::sync::Notify,
     t_start: u64,
 }
 
@@ -299,8 +301,13 @@ async fn bind(
     let listener =
         tokio::net::TcpListener::bind(&addr).await.map_err(|e| Error::Io(format!("cannot listen on {addr}: {e}")))?;
     let local: SocketAddr = listener.local_addr().map_err(|e| Error::Io(e.to_string()))?;
-    let app =
-        Arc::new(App { cfg: cfg.clone(), ready: OnceLock::new(), load_error: OnceLock::new(), t_start: api::now() });
+    let app = Arc::new(App {
+        cfg: cfg.clone(),
+        ready: OnceLock::new(),
+        load_error: OnceLock::new(),
+        failed: tokio::sync::Notify::new(),
+        t_start: api::now(),
+    });
     eprintln!("listening on http://{local} (loading {})", cfg.model.display());
     if cfg.announce {
         println!("listening on http://{local}");
@@ -314,6 +321,7 @@ async fn bind(
         Err(e) => {
             eprintln!("error: loading {}: {e}", loader.cfg.model.display());
             let _ = loader.load_error.set(e.to_string());
+            loader.failed.notify_one();
         }
     });
     Ok((listener, app))
@@ -326,8 +334,12 @@ async fn run(
 ) -> Result<(), Error> {
     let router = router(app.clone());
     let stopper = app.clone();
+    let failed = app.clone();
     let shutdown = async move {
-        signal.await;
+        tokio::select! {
+            _ = signal => {}
+            _ = failed.failed.notified() => {}
+        }
         eprintln!("shutting down: no new requests; ending running generations");
         if let Some(r) = stopper.ready.get() {
             tokio::task::block_in_place(|| r.engine.shutdown());
@@ -338,7 +350,10 @@ async fn run(
         .await
         .map_err(|e| Error::Io(format!("serving: {e}")))?;
     eprintln!("stopped");
-    Ok(())
+    match app.load_error.get() {
+        Some(e) => Err(Error::Io(format!("loading {}: {e}", app.cfg.model.display()))),
+        None => Ok(()),
+    }
 }
 
 async fn wait_for_signal() {

@@ -507,3 +507,26 @@ fn the_request_time_limit_ends_long_generations() {
     assert!(dt < Duration::from_secs(5), "took {dt:?}");
     s.wait_idle();
 }
+
+/// A file that is not a model: `/health` says why with 503, and the server stops with
+/// the error (as llama-server exits) instead of serving nothing forever.
+#[test]
+fn a_model_that_fails_to_load_stops_the_server_with_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, b"definitely not gguf").unwrap();
+    let cfg = server::Config { model: bad, port: 0, announce: false, ..Default::default() };
+    let h = server::spawn(cfg, None).unwrap();
+    let url = format!("http://{}/health", h.addr);
+    let t0 = Instant::now();
+    loop {
+        match ureq::get(&url).call() {
+            Err(ureq::Error::Status(503, r)) if r.into_string().unwrap().contains("failed to load") => break,
+            Err(ureq::Error::Transport(_)) => break, // already stopped
+            _ => assert!(t0.elapsed() < Duration::from_secs(10), "never reported the failure"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = h.stop().unwrap_err().to_string();
+    assert!(err.contains("bad.gguf") && err.contains("GGUF"), "{err}");
+}
