@@ -1,6 +1,12 @@
-//! AVX-512 VNNI (256-bit, `vpdpbusd` on ymm via AVX512VL) tile kernels: one weight row
-//! decoded once and dotted with up to four activation rows, for the legacy types (q4_0,
-//! q4_1, q5_0, q5_1, q8_0 × Q8_0/Q8_1) and the K types (× Q8_K).
+//! AVX-512 VNNI tile kernels: each weight block decoded once and dotted with up to eight
+//! activation rows, for the legacy types (q4_0, q4_1, q5_0, q5_1, q8_0 × Q8_0/Q8_1) and
+//! the K types (× Q8_K).
+//!
+//! The arithmetic per output is that of 256-bit (8-lane) kernels; several tokens run as
+//! 512-bit vectors whose two 256-bit halves are two such kernels side by side (two tokens
+//! of one row, or two rows of one token), every lane doing the same operations in the same
+//! order, so the bits never depend on how many tokens share a tile. One token keeps the
+//! one-row 256-bit loop.
 //!
 //! Integer lane sums equal those of ggml's AVX2 kernels (`mul_sum_i8_pairs_float` /
 //! `mul_sum_us8_pairs_float`, which on a VNNI build are `vpdpbusd` too): signed weights
