@@ -113,6 +113,11 @@ fn main() -> ExitCode {
     // Ctrl-C: the first stops generation cleanly, a second one exits at once (the server
     // handles its signals itself).
     let serving = matches!(cli.command, Command::Serve(_));
+    // A closed stdout (`gguf types | head`) ends the process quietly, as for C tools; not
+    // for the server, whose sockets must not raise SIGPIPE.
+    if !serving {
+        sigpipe::reset();
+    }
     let _ = (!serving).then(|| {
         ctrlc::set_handler(|| {
             if engine::INTERRUPTED.swap(true, std::sync::atomic::Ordering::Relaxed) {

@@ -242,3 +242,25 @@ fn run_follows_grammars_and_json_schemas() {
     }
     assert_clean_error(&gguf(&["run", "-m", ms, "-p", "x", "--grammar", "root ::= missing"]), "missing");
 }
+
+/// A closed stdout (`gguf types | true`) ends the command quietly (SIGPIPE, as C tools),
+/// never a panic.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::process::{Command, Stdio};
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    for args in [vec!["types"], vec!["run", "-m", m.to_str().unwrap(), "-p", "x", "-n", "2000", "--ignore-eos"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gguf"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader goes away at once
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+    }
+}
