@@ -99,17 +99,76 @@ const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
     ("-sys", "--system-prompt"),
 ];
 
-fn llama_args() -> Vec<std::ffi::OsString> {
-    std::env::args_os()
-        .map(|a| match LLAMA_SHORT_FLAGS.iter().find(|(s, _)| a.to_str() == Some(s)) {
-            Some((_, long)) => long.into(),
-            None => a,
-        })
-        .collect()
+/// llama.cpp flags that do not apply to this CPU engine: dropped with a note (with their
+/// value when they take one), so llama.cpp command lines run unchanged.
+const IGNORED_FLAGS: &[(&str, bool, &str)] = &[
+    ("-ngl", true, "GPU offload is not available yet: every layer runs on the CPU"),
+    ("--n-gpu-layers", true, "GPU offload is not available yet: every layer runs on the CPU"),
+    ("--gpu-layers", true, "GPU offload is not available yet: every layer runs on the CPU"),
+    ("-fa", false, "attention always follows llama.cpp's CPU flash attention"),
+    ("--flash-attn", false, "attention always follows llama.cpp's CPU flash attention"),
+    ("-no-cnv", false, "`gguf run` never enters conversation mode (that is `gguf chat`)"),
+    ("--no-conversation", false, "`gguf run` never enters conversation mode (that is `gguf chat`)"),
+    ("-tb", true, "one thread count (-t) serves prompt and generation"),
+    ("--threads-batch", true, "one thread count (-t) serves prompt and generation"),
+    ("--jinja", false, "chat templates are always Jinja"),
+];
+
+/// llama.cpp flags this project does not have, with what to do instead.
+const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
+    ("-hf", "downloading from Hugging Face is not supported here: use -m FILE, or -m NAME / `gguf fetch NAME` for the known models (`gguf fetch --list`)"),
+    ("--hf-repo", "downloading from Hugging Face is not supported here: use -m FILE, or `gguf fetch NAME`"),
+    ("-mu", "downloading a model by URL is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("--model-url", "downloading a model by URL is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("-cnv", "conversation mode is `gguf chat` (same model and sampling flags)"),
+    ("--conversation", "conversation mode is `gguf chat` (same model and sampling flags)"),
+    ("-dev", "only the CPU is supported for now"),
+    ("--device", "only the CPU is supported for now"),
+];
+
+/// The command line with llama.cpp's spellings mapped: multi-letter short flags to long
+/// ones, inapplicable flags dropped with a note; `Err` names an unsupported flag.
+fn llama_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.into_iter().peekable();
+    while let Some(a) = it.next() {
+        let s = a.to_str().unwrap_or_default();
+        let (flag, inline) = match s.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+            _ => (s, None),
+        };
+        if let Some((_, why)) = UNSUPPORTED_FLAGS.iter().find(|(f, _)| *f == flag) {
+            return Err(format!("`{flag}` is not supported: {why}"));
+        }
+        if let Some((_, takes_value, why)) = IGNORED_FLAGS.iter().find(|(f, _, _)| *f == flag) {
+            let value_next = inline.is_none()
+                && it
+                    .peek()
+                    .and_then(|v| v.to_str())
+                    .is_some_and(|v| *takes_value || matches!(v, "on" | "off" | "auto" | "1" | "0" | "true" | "false"));
+            if value_next {
+                it.next();
+            }
+            eprintln!("note: `{flag}` ignored: {why}");
+            continue;
+        }
+        match LLAMA_SHORT_FLAGS.iter().find(|(f, _)| *f == s) {
+            Some((_, long)) => out.push(long.into()),
+            None => out.push(a),
+        }
+    }
+    Ok(out)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(llama_args());
+    let args = match llama_args(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     // Ctrl-C: the first stops generation cleanly, a second one exits at once (the server
     // handles its signals itself).
     let serving = matches!(cli.command, Command::Serve(_));
