@@ -83,8 +83,8 @@ impl Sampler {
         let p = &self.params;
         let mut owned;
         let mut logits = logits;
-        let penalize = (p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
-            && p.repeat_last_n > 0;
+        let penalize =
+            (p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) && p.repeat_last_n > 0;
         if penalize || !p.logit_bias.is_empty() {
             owned = logits.to_vec();
             for &(t, b) in &p.logit_bias {
@@ -200,7 +200,8 @@ mod tests {
         s.accept(1);
         s.accept(1);
         assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 1);
-        let mut s = Sampler::new(SamplerParams { temp: 0.0, logit_bias: vec![(1, f32::NEG_INFINITY)], ..Default::default() });
+        let mut s =
+            Sampler::new(SamplerParams { temp: 0.0, logit_bias: vec![(1, f32::NEG_INFINITY)], ..Default::default() });
         assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 3);
     }
 
