@@ -218,14 +218,14 @@ def test_clients_drop_mid_stream(server):
 
 
 def test_sigterm_during_streams(start_server):
-    """SIGTERM while 4 streams are running.
+    """SIGTERM while 8 streams are running.
 
     llama-server stops generating but keeps the open streams hanging (no [DONE]) until the clients go
     away, then exits with code 0; so here the clients give up after 6 s of silence and the exit must
     come within 15 s. Our server must close the streams itself and exit 0 within 10 s."""
-    s = start_server(np=4, ctx=2048)
+    s = start_server(np=8, ctx=4096)
     results = {}
-    ready = threading.Barrier(5, timeout=120)
+    ready = threading.Barrier(9, timeout=120)
 
     def one(i):
         body = {"messages": [{"role": "user", "content": f"Write a very long essay about topic {i}."}],
@@ -255,13 +255,13 @@ def test_sigterm_during_streams(start_server):
         results[i] = end
         c.close()
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     try:
         ready.wait()
     except threading.BrokenBarrierError:
-        pytest.fail(f"the 4 streams did not start: {results}")
+        pytest.fail(f"the 8 streams did not start: {results}")
     pid = s.proc.pid
     code, secs = s.terminate(timeout=15)
     for t in threads:
