@@ -1,38 +1,7 @@
 //! Streaming text: complete UTF-8 out of token bytes, and stop strings held back while
 //! they may still be forming (llama-server's `find_partial_stop_string`).
 
-/// Moves the complete UTF-8 prefix of `pending` into a string (invalid bytes become
-/// U+FFFD); an incomplete sequence at the end stays unless `flush`.
-pub fn drain_utf8(pending: &mut Vec<u8>, flush: bool) -> String {
-    let mut out = String::new();
-    let mut i = 0;
-    while i < pending.len() {
-        match std::str::from_utf8(&pending[i..]) {
-            Ok(s) => {
-                out.push_str(s);
-                i = pending.len();
-            }
-            Err(e) => {
-                let good = e.valid_up_to();
-                out.push_str(std::str::from_utf8(&pending[i..i + good]).unwrap_or_default());
-                i += good;
-                match e.error_len() {
-                    Some(bad) => {
-                        out.push('\u{FFFD}');
-                        i += bad;
-                    }
-                    None if flush => {
-                        out.push('\u{FFFD}');
-                        i = pending.len();
-                    }
-                    None => break,
-                }
-            }
-        }
-    }
-    pending.drain(..i);
-    out
-}
+pub use tokenizer::drain_utf8;
 
 /// Where the first stop string occurs in `text` at or after byte `from` (searching a few
 /// bytes back so a stop spanning two tokens is found): `(position, the stop string)`.

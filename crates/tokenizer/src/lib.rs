@@ -1212,39 +1212,45 @@ impl StreamDecoder<'_> {
     }
 
     fn drain(&mut self, all: bool) -> String {
-        let mut out = String::new();
-        let mut i = 0;
-        let p = &self.pending;
-        while i < p.len() {
-            match std::str::from_utf8(&p[i..]) {
-                Ok(s) => {
-                    out.push_str(s);
-                    i = p.len();
-                }
-                Err(e) => {
-                    let good = e.valid_up_to();
-                    out.push_str(std::str::from_utf8(&p[i..i + good]).unwrap_or_default());
-                    i += good;
-                    match e.error_len() {
-                        Some(bad) => {
+        drain_utf8(&mut self.pending, all)
+    }
+}
+
+/// Moves the complete UTF-8 prefix of `pending` out as a string (invalid bytes become
+/// U+FFFD); an incomplete sequence at the end stays for the next bytes unless `flush`.
+pub fn drain_utf8(pending: &mut Vec<u8>, flush: bool) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    let p = &*pending;
+    while i < p.len() {
+        match std::str::from_utf8(&p[i..]) {
+            Ok(s) => {
+                out.push_str(s);
+                i = p.len();
+            }
+            Err(e) => {
+                let good = e.valid_up_to();
+                out.push_str(std::str::from_utf8(&p[i..i + good]).unwrap_or_default());
+                i += good;
+                match e.error_len() {
+                    Some(bad) => {
+                        out.push('\u{FFFD}');
+                        i += bad;
+                    }
+                    None => {
+                        // incomplete at the end: wait for more, unless flushing
+                        if flush {
                             out.push('\u{FFFD}');
-                            i += bad;
+                            i = p.len();
                         }
-                        None => {
-                            // incomplete at the end: wait for more, unless flushing
-                            if all {
-                                out.push('\u{FFFD}');
-                                i = p.len();
-                            }
-                            break;
-                        }
+                        break;
                     }
                 }
             }
         }
-        self.pending.drain(..i);
-        out
     }
+    pending.drain(..i);
+    out
 }
 
 /// Checks that every merge's parts and result are plausible for the vocabulary: a
