@@ -682,17 +682,17 @@ impl Transformer {
         }
     }
 
-    /// Attention of one sequence's `n` query rows `q` (at positions `p0..p0 + n`) over
-    /// layer `il` of its cache, into `o`.
-    #[allow(clippy::too_many_arguments)]
+    /// Attention of several sequences' query rows over their own caches (layer `il`) into
+    /// `o`; `seqs[j] = (cache, first row, rows, first position)` in the batch's row layout.
+    /// A sequence of 64 or more rows (the tiled path) gets a pool job of its own; all the
+    /// others share one job, one task per (row, head) — each task's arithmetic is what
+    /// the sequence would get alone.
     fn attention(
         &self,
         pool: &Pool,
-        kv: &KvCache,
         il: usize,
+        seqs: &[(&KvCache, usize, usize, usize)],
         q: &[f32],
-        n: usize,
-        p0: usize,
         scale: f32,
         o: &mut [f32],
     ) {
@@ -700,54 +700,72 @@ impl Transformer {
         let (nh, nkv, hk, hv) = (hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v);
         let group = nh / nkv;
         let layer = &self.layers[il];
-        let (kc, vc) = (&kv.k[il], &kv.v[il]);
         let window = if layer.swa { self.spec.swa.as_ref().map(|s| s.window) } else { None };
         // llama.cpp's CPU flash attention (its default) takes two paths: batches of 64
         // or more query rows use f32 tiles; smaller ones (decode) round q to f16 and
         // accumulate V in f16 with an online softmax, splitting a single query over
         // the threads once the (256-padded) KV length reaches 512. We follow both, so
         // logits track llama.cpp's own rounding.
-        let f16_kv = kc.cache_type() == CacheType::F16 && vc.cache_type() == CacheType::F16;
-        let f16_path = n < 64 && f16_kv;
-        let tiled = n >= 64 && f16_kv;
-        let n_ctx = kv.n_ctx;
-        let n_kv_of = |pos: usize| n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+        let f16_kv = |kv: &KvCache| kv.k[il].cache_type() == CacheType::F16 && kv.v[il].cache_type() == CacheType::F16;
         let nth = pool.n_threads();
         let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
-        if tiled {
-            // one task per (head, tile of 64 query rows): each K/V tile is converted once
-            let n_qt = n.div_ceil(TILE);
-            pool.for_each(nh * n_qt, &|i| {
-                let (head, qt) = (i % nh, i / nh);
-                let rows = qt * TILE..(qt * TILE + TILE).min(n);
-                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
-                attend_tiled(kc, vc, &geo, rows, q, &outs);
-            });
-        } else {
-            pool.for_each(n * nh, &|i| {
-                SCRATCH.with(|cell| {
-                    let mut guard = cell.borrow_mut();
-                    let sc = &mut *guard;
-                    let (t, head) = (i / nh, i % nh);
-                    let kvh = head / group;
-                    let pos = p0 + t;
-                    let lo = match window {
-                        Some(w) => (pos + 1).saturating_sub(w),
-                        None => 0,
-                    };
-                    let src = &q[(t * nh + head) * hk..(t * nh + head + 1) * hk];
-                    let mut out = outs[i].lock().unwrap_or_else(|e| e.into_inner());
-                    let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
-                    if f16_path {
-                        let n_kv = n_kv_of(pos);
-                        let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
-                        attend_f16(&view, src, chunk, sc, &mut out);
-                    } else {
-                        attend_f32(&view, src, sc, &mut out);
-                    }
-                })
-            });
+        let mut rest: Vec<(&KvCache, usize, usize, usize)> = Vec::new();
+        for &(kv, r0, n, p0) in seqs {
+            if n >= 64 && f16_kv(kv) {
+                // one task per (head, tile of 64 query rows): each K/V tile is converted once
+                let (kc, vc) = (&kv.k[il], &kv.v[il]);
+                let (qs, os) = (&q[r0 * nh * hk..(r0 + n) * nh * hk], &outs[r0 * nh..(r0 + n) * nh]);
+                let n_qt = n.div_ceil(TILE);
+                pool.for_each(nh * n_qt, &|i| {
+                    let (head, qt) = (i % nh, i / nh);
+                    let rows = qt * TILE..(qt * TILE + TILE).min(n);
+                    let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
+                    attend_tiled(kc, vc, &geo, rows, qs, os);
+                });
+            } else {
+                rest.push((kv, r0, n, p0));
+            }
         }
+        if rest.is_empty() {
+            return;
+        }
+        // task ranges per sequence
+        let mut starts = Vec::with_capacity(rest.len() + 1);
+        let mut total = 0;
+        for &(_, _, n, _) in &rest {
+            starts.push(total);
+            total += n * nh;
+        }
+        pool.for_each(total, &|i| {
+            let j = starts.partition_point(|&s| s <= i) - 1;
+            let (kv, r0, n, p0) = rest[j];
+            let local = i - starts[j];
+            let (t, head) = (local / nh, local % nh);
+            let (kc, vc) = (&kv.k[il], &kv.v[il]);
+            let f16_path = f16_kv(kv);
+            let n_ctx = kv.n_ctx;
+            SCRATCH.with(|cell| {
+                let mut guard = cell.borrow_mut();
+                let sc = &mut *guard;
+                let kvh = head / group;
+                let pos = p0 + t;
+                let lo = match window {
+                    Some(w) => (pos + 1).saturating_sub(w),
+                    None => 0,
+                };
+                let r = r0 + t;
+                let src = &q[(r * nh + head) * hk..(r * nh + head + 1) * hk];
+                let mut out = outs[r * nh + head].lock().unwrap_or_else(|e| e.into_inner());
+                let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
+                if f16_path {
+                    let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+                    let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
+                    attend_f16(&view, src, chunk, sc, &mut out);
+                } else {
+                    attend_f32(&view, src, sc, &mut out);
+                }
+            })
+        });
     }
 
     /// One pass over the weights for every part (each at most one ubatch of its own
@@ -837,12 +855,9 @@ impl Transformer {
             dump(&format!("Qrope-{il}"), &q);
             dump(&format!("Krope-{il}"), &k);
             o.resize(n_rows * nh * hv, 0.0);
-            for p in parts.iter() {
-                let (r0, n) = (p.row0, p.tokens.len());
-                let qs = &q[r0 * nh * hk..(r0 + n) * nh * hk];
-                let os = &mut o[r0 * nh * hv..(r0 + n) * nh * hv];
-                self.attention(pool, &p.st.kv, il, qs, n, p.p0, scale, os);
-            }
+            let seqs: Vec<(&KvCache, usize, usize, usize)> =
+                parts.iter().map(|p| (&p.st.kv, p.row0, p.tokens.len(), p.p0)).collect();
+            self.attention(pool, il, &seqs, &q, scale, &mut o);
             dump(&format!("kqv_out-{il}"), &o);
             self.mm(&cx, &layer.wo, &o, &rows, &mut a)?;
             add_bias(&mut a, &layer.bo);
