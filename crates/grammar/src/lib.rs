@@ -30,27 +30,32 @@
 //!   errors; a schema may carry `"x-guidance": {"whitespace_flexible": false}` (compact
 //!   JSON) or `{"lenient": true}` (ignore unsupported keywords).
 //!
-//! ```no_run
+//! ```
 //! # fn main() -> grammar::Result<()> {
 //! use std::sync::Arc;
-//! # let tokenizer: tokenizer::Tokenizer = unimplemented!();
-//! # let tokenizer = Arc::new(tokenizer);
-//! let vocab = Arc::new(grammar::Vocab::from_shared_tokenizer(tokenizer.clone())?);
-//! let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::JsonObject)?;
-//! # let mut logits = vec![0f32; vocab.n_vocab()];
-//! # let sample = |l: &[f32]| 0u32;
-//! loop {
-//!     // logits = model.forward(...)
+//! // A byte-level vocabulary (token i = byte i) plus an end-of-generation token 256; with
+//! // a model: `Vocab::from_shared_tokenizer(Arc::new(tokenizer))`.
+//! let mut bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+//! bytes.push(b"</s>".to_vec());
+//! let mut special = vec![false; 256];
+//! special.push(true);
+//! let vocab = Arc::new(grammar::Vocab::new(bytes, special, vec![256])?);
+//! let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::Gbnf(r#"root ::= "ok""#.into()))?;
+//! let mut out = Vec::new();
+//! for _ in 0..8 {
+//!     let mut logits = vec![0f32; vocab.n_vocab()]; // a model's forward pass goes here
 //!     c.apply(&mut logits)?;
-//!     let token = sample(&logits);
+//!     let token = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as u32;
 //!     if vocab.is_eos(token) {
 //!         break;
 //!     }
 //!     c.accept(token)?;
+//!     out.push(token as u8);
 //!     if c.is_finished() {
 //!         break;
 //!     }
 //! }
+//! assert_eq!(out, b"ok");
 //! # Ok(())
 //! # }
 //! ```
