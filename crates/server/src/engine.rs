@@ -532,7 +532,7 @@ impl Scheduler {
         for i in 0..self.slots.len() {
             let Some(a) = &self.slots[i].active else { continue };
             if a.job.tx.is_closed() {
-                self.release(i, false);
+                self.release(i);
             } else if a.job.params.deadline.is_some_and(|d| now >= d) {
                 self.finish(i, StopType::Limit, String::new(), false);
             }
@@ -617,7 +617,7 @@ impl Scheduler {
         if let Some(c) = a.job.params.constraint.as_mut() {
             if let Err(e) = c.apply(&mut logits) {
                 let _ = a.job.tx.send(Event::Error(format!("grammar: {e}")));
-                self.release(i, true);
+                self.release(i);
                 return;
             }
         }
@@ -627,7 +627,7 @@ impl Scheduler {
         if let Some(c) = a.job.params.constraint.as_mut() {
             if let Err(e) = c.accept(id) {
                 let _ = a.job.tx.send(Event::Error(format!("grammar: {e}")));
-                self.release(i, true);
+                self.release(i);
                 return;
             }
         }
@@ -655,7 +655,7 @@ impl Scheduler {
         let text = if upto > a.sent { a.text[a.sent..upto].to_string() } else { String::new() };
         a.sent = a.sent.max(upto);
         if a.job.tx.send(Event::Token { slot: i, id, text, probs }).is_err() {
-            self.release(i, false);
+            self.release(i);
             return;
         }
         let n_decoded = a.generated.len();
@@ -703,11 +703,11 @@ impl Scheduler {
         self.metrics.predicted_us.fetch_add((gen_ms * 1e3) as u64, Ordering::Relaxed);
         self.metrics.prompt_us.fetch_add((prompt_ms * 1e3) as u64, Ordering::Relaxed);
         let _ = a.job.tx.send(Event::Done(summary));
-        self.release(i, true);
+        self.release(i);
     }
 
     /// Frees slot `i`; its cache keeps the evaluated tokens for prefix reuse.
-    fn release(&mut self, i: usize, counted: bool) {
+    fn release(&mut self, i: usize) {
         let slot = &mut self.slots[i];
         if let Some(a) = slot.active.take() {
             if a.pos < a.job.prompt.len() {
@@ -716,7 +716,6 @@ impl Scheduler {
             }
             self.metrics.processing.fetch_sub(1, Ordering::Relaxed);
             self.metrics.requests_done.fetch_add(1, Ordering::Relaxed);
-            let _ = counted;
         }
         let n = slot.state.n_past();
         slot.cached.truncate(n);

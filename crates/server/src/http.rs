@@ -153,21 +153,17 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     let (file, model) = models::load(&cfg.model)?;
     let md = file.metadata();
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.token_to_piece(i, true).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let (bos, eos) = (piece(tok.bos()).unwrap_or_default(), piece(tok.eos()).unwrap_or_default());
     let template = match &cfg.chat_template {
         Some(t) if tokenizer::chat::builtin_names().contains(&t.as_str()) => ChatTemplate::builtin(t)?,
-        Some(src) => {
-            let piece = |id: Option<u32>| {
-                id.and_then(|i| tok.token_to_piece(i, true).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
-            };
-            ChatTemplate::new(src, &piece(tok.bos()).unwrap_or_default(), &piece(tok.eos()).unwrap_or_default())?
-        }
+        Some(src) => ChatTemplate::new(src, &bos, &eos)?,
         None => match ChatTemplate::from_gguf(md)? {
             Some(t) => t,
             None => ChatTemplate::builtin("chatml")?,
         },
-    };
-    let piece = |id: Option<u32>| {
-        id.and_then(|i| tok.token_to_piece(i, true).ok()).map(|b| String::from_utf8_lossy(&b).into_owned())
     };
     let n_parallel = cfg.n_parallel.max(1);
     let n_ctx_total = if cfg.n_ctx == 0 { model.n_ctx_train() } else { cfg.n_ctx };
@@ -195,18 +191,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     eprintln!("model: {}", model.describe());
     eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
     let engine = Engine::start(model, tok.clone(), &opts)?;
-    Ok(Ready {
-        vocab: OnceLock::new(),
-        engine,
-        bos: piece(tok.bos()).unwrap_or_default(),
-        eos: piece(tok.eos()).unwrap_or_default(),
-        tok,
-        template,
-        model_id,
-        n_vocab,
-        n_ctx_train,
-        constraints,
-    })
+    Ok(Ready { vocab: OnceLock::new(), engine, bos, eos, tok, template, model_id, n_vocab, n_ctx_train, constraints })
 }
 
 /// Runs the server until SIGTERM / Ctrl-C: binds first (so `/health` answers 503 while
@@ -791,7 +776,7 @@ struct Parsed {
     logprobs: bool,
 }
 
-fn grammar_request(kind: Kind, b: &Body<'_>) -> Result<Option<GrammarRequest>, Error> {
+fn grammar_request(b: &Body<'_>) -> Result<Option<GrammarRequest>, Error> {
     if let Some(g) = b.str("grammar")? {
         if !g.trim().is_empty() {
             return Ok(Some(GrammarRequest::Gbnf(g.to_string())));
@@ -805,7 +790,6 @@ fn grammar_request(kind: Kind, b: &Body<'_>) -> Result<Option<GrammarRequest>, E
     }
     let Some(rf) = b.get("response_format") else { return Ok(None) };
     let Some(o) = rf.as_object() else { return Err(Error::Invalid("\"response_format\" must be an object".into())) };
-    let _ = kind;
     match o.get("type").and_then(Value::as_str) {
         Some("text") | None => Ok(None),
         Some("json_object") => Ok(Some(match o.get("schema") {
@@ -966,7 +950,7 @@ fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Res
         Some(v) => return Err(Error::Invalid(format!("\"stream_options\" must be an object, got {v}"))),
         None => false,
     };
-    let constraint = match grammar_request(kind, &b)? {
+    let constraint = match grammar_request(&b)? {
         None => None,
         Some(g) => match &r.constraints {
             Some(make) => Some(make(&g)?),
