@@ -419,9 +419,9 @@ impl Scheduler {
                 let msg = e.to_string();
                 for s in self.slots.iter_mut() {
                     if let Some(a) = s.active.take() {
-                        let _ = a.job.tx.send(Event::Error(msg.clone()));
                         self.metrics.processing.fetch_sub(1, Ordering::Relaxed);
                         self.metrics.requests_done.fetch_add(1, Ordering::Relaxed);
+                        let _ = a.job.tx.send(Event::Error(msg.clone()));
                     }
                     s.state.truncate(0);
                     s.cached.clear();
@@ -616,8 +616,8 @@ impl Scheduler {
         }
         if let Some(c) = a.job.params.constraint.as_mut() {
             if let Err(e) = c.apply(&mut logits) {
-                let _ = a.job.tx.send(Event::Error(format!("grammar: {e}")));
-                self.release(i);
+                let e = Event::Error(format!("grammar: {e}"));
+                self.end(i, e);
                 return;
             }
         }
@@ -626,8 +626,8 @@ impl Scheduler {
         a.sampler.accept(id);
         if let Some(c) = a.job.params.constraint.as_mut() {
             if let Err(e) = c.accept(id) {
-                let _ = a.job.tx.send(Event::Error(format!("grammar: {e}")));
-                self.release(i);
+                let e = Event::Error(format!("grammar: {e}"));
+                self.end(i, e);
                 return;
             }
         }
@@ -702,8 +702,16 @@ impl Scheduler {
         self.metrics.predicted.fetch_add(n_decoded as u64, Ordering::Relaxed);
         self.metrics.predicted_us.fetch_add((gen_ms * 1e3) as u64, Ordering::Relaxed);
         self.metrics.prompt_us.fetch_add((prompt_ms * 1e3) as u64, Ordering::Relaxed);
-        let _ = a.job.tx.send(Event::Done(summary));
+        self.end(i, Event::Done(summary));
+    }
+
+    /// Frees slot `i`, then sends its last event: a client that has its answer sees the
+    /// slot free in `/metrics` and `/slots`.
+    fn end(&mut self, i: usize, last: Event) {
+        let Some(tx) = self.slots[i].active.as_ref().map(|a| a.job.tx.clone()) else { return };
         self.release(i);
+        self.publish();
+        let _ = tx.send(last);
     }
 
     /// Frees slot `i`; its cache keeps the evaluated tokens for prefix reuse.
