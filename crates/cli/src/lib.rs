@@ -15,21 +15,8 @@ pub mod split;
 pub mod task_check;
 pub mod tokenize;
 
-/// Writes `bytes` to `path` atomically: a temporary in the same directory, synced, then
-/// renamed over the target; on error the temporary is removed and the target untouched.
+/// Writes `bytes` to `path` atomically ([`gguf_format::atomic`]: an unpredictable
+/// create-new temporary beside it, renamed over it once synced, removed on any error).
 pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use std::io::Write;
-    let name = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let res = (|| -> anyhow::Result<()> {
-        let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
+    Ok(gguf_format::atomic::write(path, bytes)?)
 }

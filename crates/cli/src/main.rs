@@ -1,6 +1,5 @@
 //! `gguf`: inspect, dequantize and (soon) run GGUF model files.
 
-use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -276,37 +275,26 @@ fn dequant(path: &Path, name: &str, output: &Path) -> Result<()> {
     // Decode and write one row at a time: memory stays bounded for any tensor size.
     let ne0 = info.dims.first().copied().unwrap_or(1) as usize;
     let row_bytes = t.row_size(ne0)?;
-    let tmp = output.with_file_name(format!(
-        ".{}.{}.tmp",
-        output.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-        std::process::id()
-    ));
-    let result = (|| -> Result<()> {
-        let mut w = BufWriter::new(File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+    // The temporary is removed on every error path (dropped uncommitted).
+    let mut w = BufWriter::new(gguf_format::AtomicFile::create(output)?);
+    if row_bytes == 0 || data.is_empty() {
+        // a tensor with no elements: its row width is not backed by any bytes, allocate nothing
+        if !data.is_empty() {
+            bail!("tensor {name:?}: zero-width rows but {} data bytes", data.len());
+        }
+    } else {
+        // a row is backed by `row_bytes` of file data, so `ne0` is bounded by the file's size
         let mut row = vec![0f32; ne0];
         let mut bytes = Vec::with_capacity(ne0 * 4);
-        if row_bytes == 0 {
-            if !data.is_empty() {
-                bail!("tensor {name:?}: zero-width rows but {} data bytes", data.len());
+        for chunk in data.chunks_exact(row_bytes) {
+            t.dequantize(chunk, &mut row)?;
+            bytes.clear();
+            for v in &row {
+                bytes.extend_from_slice(&v.to_le_bytes());
             }
-        } else {
-            for chunk in data.chunks_exact(row_bytes) {
-                t.dequantize(chunk, &mut row)?;
-                bytes.clear();
-                for v in &row {
-                    bytes.extend_from_slice(&v.to_le_bytes());
-                }
-                w.write_all(&bytes)?;
-            }
-        }
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        Ok(())
-    })();
-    match result {
-        Ok(()) => fs::rename(&tmp, output).with_context(|| format!("writing {}", output.display())),
-        Err(e) => {
-            let _ = fs::remove_file(&tmp);
-            Err(e)
+            w.write_all(&bytes).with_context(|| format!("writing {}", output.display()))?;
         }
     }
+    w.into_inner().map_err(|e| e.into_error())?.commit()?;
+    Ok(())
 }

@@ -277,12 +277,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
     let stride = nv(n_vocab);
     let mut base_out = match (&a.kl_base, a.kl) {
         (Some(p), false) => {
-            let tmp = p.with_file_name(format!(
-                ".{}.{}.tmp",
-                p.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-                std::process::id()
-            ));
-            let mut w = BufWriter::new(File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?);
+            let mut w = BufWriter::new(gguf_format::AtomicFile::create(p)?);
             w.write_all(b"_logits_")?;
             for v in [n_ctx as i32, n_vocab as i32, n_chunk as i32] {
                 w.write_all(&v.to_le_bytes())?;
@@ -290,7 +285,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
             for &t in &tokens[..n_chunk * n_ctx] {
                 w.write_all(&t.to_le_bytes())?;
             }
-            Some((w, tmp, p.clone()))
+            Some(w)
         }
         _ => None,
     };
@@ -305,9 +300,6 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
     }
     for i in 0..n_chunk {
         if engine::INTERRUPTED.load(Ordering::Relaxed) {
-            if let Some((_, tmp, _)) = &base_out {
-                let _ = std::fs::remove_file(tmp);
-            }
             bail!("interrupted");
         }
         let t0 = Instant::now();
@@ -367,7 +359,7 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
                 nll += v;
                 nll2 += v * v;
             }
-            if let Some((w, _, _)) = base_out.as_mut() {
+            if let Some(w) = base_out.as_mut() {
                 for v in &row_u16 {
                     w.write_all(&v.to_le_bytes())?;
                 }
@@ -378,10 +370,10 @@ pub fn run(a: &PerplexityArgs) -> Result<()> {
         }
     }
     println!();
-    if let Some((w, tmp, path)) = base_out {
+    if let Some(w) = base_out {
         let f = w.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+        let path = f.target().to_path_buf();
+        f.commit()?;
         eprintln!("saved all log-probabilities to {}", path.display());
     }
     if !a.kl {

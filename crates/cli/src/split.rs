@@ -23,14 +23,14 @@
 //! honoured in the first shard (llama-gguf-split keeps the key but pads to 32, writing a
 //! file its own reader rejects).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 use gguf_format::split::{split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
-use gguf_format::{GgufWriter, Metadata, SplitGguf, TensorInfo, TensorSource, Value};
+use gguf_format::{AtomicFile, GgufWriter, Metadata, SplitGguf, TensorInfo, TensorSource, Value};
 
 /// llama.cpp's `GGUF_DEFAULT_ALIGNMENT`, which `--split-max-size` pads each tensor to.
 const PAD: u64 = 32;
@@ -207,46 +207,29 @@ fn shard_writers<'a>(
     Ok(out)
 }
 
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
-}
-
 /// Writes every `(path, writer)` into a temporary next to its path, then renames them all
 /// into place. On any error nothing of the set remains: temporaries are removed, and so
 /// are shards already renamed.
 pub fn write_set(files: Vec<(PathBuf, GgufWriter<'_>)>, mut progress: impl FnMut(&Path)) -> Result<()> {
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(files.len());
-    let written = (|| -> Result<()> {
-        for (path, w) in files {
-            let tmp = temp_path(&path);
-            staged.push((tmp.clone(), path.clone()));
-            let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-            let mut buf = BufWriter::with_capacity(1 << 20, file);
-            w.write_to(&mut buf).with_context(|| format!("writing {}", path.display()))?;
-            let file =
-                buf.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {}", path.display()))?;
-            file.sync_all().with_context(|| format!("writing {}", path.display()))?;
-            progress(&path);
-        }
-        Ok(())
-    })();
-    if let Err(e) = written {
-        for (tmp, _) in &staged {
-            let _ = fs::remove_file(tmp);
-        }
-        return Err(e);
+    // Dropping an uncommitted temporary removes it: an error anywhere below leaves none.
+    let mut staged: Vec<AtomicFile> = Vec::with_capacity(files.len());
+    for (path, w) in files {
+        let mut buf = BufWriter::with_capacity(1 << 20, AtomicFile::create(&path)?);
+        w.write_to(&mut buf).with_context(|| format!("writing {}", path.display()))?;
+        buf.flush().with_context(|| format!("writing {}", path.display()))?;
+        staged.push(buf.into_inner().map_err(|e| e.into_error())?);
+        progress(&path);
     }
-    for (i, (tmp, path)) in staged.iter().enumerate() {
-        if let Err(e) = fs::rename(tmp, path) {
-            for (_, done) in &staged[..i] {
-                let _ = fs::remove_file(done);
-            }
-            for (tmp, _) in &staged[i..] {
-                let _ = fs::remove_file(tmp);
+    let mut done: Vec<PathBuf> = Vec::with_capacity(staged.len());
+    for f in staged {
+        let path = f.target().to_path_buf();
+        if let Err(e) = f.commit() {
+            for p in &done {
+                let _ = fs::remove_file(p);
             }
             return Err(e).with_context(|| format!("writing {}", path.display()));
         }
+        done.push(path);
     }
     Ok(())
 }

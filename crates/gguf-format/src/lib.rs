@@ -24,6 +24,7 @@
 //! Format reference: llama.cpp `ggml/src/gguf.cpp` at commit `0c1e57098`.
 #![deny(missing_docs)]
 
+pub mod atomic;
 mod error;
 mod mmap;
 mod reader;
@@ -31,6 +32,7 @@ pub mod split;
 mod value;
 mod writer;
 
+pub use atomic::AtomicFile;
 pub use error::Error;
 pub use reader::{Gguf, GgufFile, TensorInfo};
 pub use split::SplitGguf;

@@ -1,10 +1,8 @@
 //! Writing: [`GgufWriter`] lays out a GGUF file the way llama.cpp's `gguf_write_out` does
 //! and streams tensor data into a temporary file that is renamed into place at the end.
 
-use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::reader::GgufFile;
 use crate::value::{Array, Metadata, Value};
@@ -259,33 +257,18 @@ impl<'a> GgufWriter<'a> {
     /// synced, then renamed over `path`. On any error the temporary is removed and `path`
     /// is left as it was.
     pub fn write_to_path(self, path: impl AsRef<Path>) -> Result<()> {
-        let path = path.as_ref();
-        let tmp = temp_path(path);
-        let io = |p: &Path, source| Error::Io { path: p.to_path_buf(), source };
-        let result = (|| {
-            let file = File::create(&tmp).map_err(|e| io(&tmp, e))?;
-            let mut buf = BufWriter::with_capacity(1 << 20, file);
-            self.write_inner(&mut buf).map_err(|e| match e {
-                WriteError::Io(source) => io(&tmp, source),
-                WriteError::Gguf(e) => e,
-            })?;
-            let file = buf.into_inner().map_err(|e| io(&tmp, e.into_error()))?;
-            file.sync_all().map_err(|e| io(&tmp, e))?;
-            drop(file);
-            fs::rename(&tmp, path).map_err(|e| io(path, e))
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result
+        let mut out = crate::AtomicFile::create(path)?;
+        let tmp = out.temp_path().to_path_buf();
+        let io = |source| Error::Io { path: tmp.clone(), source };
+        let mut buf = BufWriter::with_capacity(1 << 20, out.file());
+        self.write_inner(&mut buf).map_err(|e| match e {
+            WriteError::Io(source) => io(source),
+            WriteError::Gguf(e) => e,
+        })?;
+        buf.flush().map_err(io)?;
+        drop(buf);
+        out.commit()
     }
-}
-
-fn temp_path(path: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "out.gguf".into());
-    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
 }
 
 enum WriteError {
