@@ -57,6 +57,9 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
         messages.push(tokenizer::chat::Message::new("user", &line));
         let rendered = template.render(&messages, true, None)?;
         let ids = l.tok.encode(&rendered, true, true)?;
+        if ids.is_empty() {
+            bail!("the chat template rendered no tokens for this conversation (and the vocabulary adds no BOS)");
+        }
         // Reuse the cached prefix; evaluate only what changed.
         let common = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
         st.truncate(common);

@@ -206,18 +206,29 @@ pub(crate) fn state(l: &Loaded, args: &ModelArgs) -> Result<Box<dyn State>> {
     state_with_ctx(l, args, args.ctx_size.unwrap_or(4096))
 }
 
+/// The thread count of `-t` (default: every core): at least 1, at most
+/// [`models::MAX_THREADS`] (llama.cpp's cap), with a warning when cut.
+pub fn threads(requested: Option<usize>) -> Result<usize> {
+    let n = requested.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if n == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if n > models::MAX_THREADS {
+        eprintln!("warning: --threads {n} is more than {}: using {0}", models::MAX_THREADS);
+        return Ok(models::MAX_THREADS);
+    }
+    Ok(n)
+}
+
 pub(crate) fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Result<Box<dyn State>> {
     let opts = StateOptions {
         n_ctx,
-        n_threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        n_threads: threads(args.threads)?,
         cache_type_k: CacheType::parse(&args.cache_type_k)?,
         cache_type_v: CacheType::parse(&args.cache_type_v)?,
         n_ubatch: args.ubatch,
         pool: None,
     };
-    if opts.n_threads == 0 {
-        bail!("--threads must be at least 1");
-    }
     Ok(l.model.new_state(&opts)?)
 }
 
@@ -443,7 +454,7 @@ fn mean_std(xs: &[f64]) -> (f64, f64) {
 /// single-token steps from an empty context), like llama-bench.
 pub fn bench(args: &BenchArgs) -> Result<()> {
     let l = load(&args.model)?;
-    let threads = args.model.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = threads(args.model.threads)?;
     let n_vocab = l.model.n_vocab() as u32;
     let tok = |i: usize| ((i as u64 * 2654435761) % n_vocab as u64) as u32;
     let mut results = Vec::new();

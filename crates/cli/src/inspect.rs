@@ -37,16 +37,17 @@ impl Summary {
     pub fn of_tensors<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> Summary {
         let mut s = Summary::default();
         for t in tensors {
-            s.parameters += t.n_elements;
+            // saturating: a hostile table's totals must not wrap
+            s.parameters = s.parameters.saturating_add(t.n_elements);
             let bytes = t.size.unwrap_or(0);
-            s.tensor_bytes += bytes;
+            s.tensor_bytes = s.tensor_bytes.saturating_add(bytes);
             if t.size.is_none() {
                 s.unknown_types += 1;
             }
             let e = s.type_mix.entry(t.type_name()).or_default();
             e.0 += 1;
-            e.1 += t.n_elements;
-            e.2 += bytes;
+            e.1 = e.1.saturating_add(t.n_elements);
+            e.2 = e.2.saturating_add(bytes);
         }
         s
     }
@@ -73,9 +74,14 @@ fn f64_json(v: f64) -> Json {
     serde_json::Number::from_f64(v).map(Json::Number).unwrap_or(Json::Null)
 }
 
-fn array_json(a: &Array, limit: usize) -> Json {
+/// `a` as JSON with at most `*budget` elements shown in all (nested arrays count their
+/// own elements against the same budget, so a deep nest shows `limit` values, not
+/// `limit` per level).
+fn array_json(a: &Array, budget: &mut usize) -> Json {
+    let limit = a.len().min(*budget);
+    *budget -= limit;
     fn take<T: Clone>(v: &[T], limit: usize) -> &[T] {
-        &v[..v.len().min(limit)]
+        &v[..limit]
     }
     match a {
         Array::U8(v) => json!(take(v, limit)),
@@ -90,7 +96,7 @@ fn array_json(a: &Array, limit: usize) -> Json {
         Array::F64(v) => Json::Array(take(v, limit).iter().map(|&x| f64_json(x)).collect()),
         Array::Bool(v) => json!(take(v, limit)),
         Array::String(v) => Json::Array(take(v, limit).iter().map(|s| Json::String(lossy(s))).collect()),
-        Array::Array(v) => Json::Array(take(v, limit).iter().map(|x| array_json(x, limit)).collect()),
+        Array::Array(v) => Json::Array(take(v, limit).iter().map(|x| array_json(x, budget)).collect()),
     }
 }
 
@@ -109,7 +115,7 @@ pub fn value_json(v: &Value, limit: usize) -> Json {
         Value::F64(x) => f64_json(*x),
         Value::Bool(x) => json!(x),
         Value::String(s) => Json::String(lossy(s)),
-        Value::Array(a) => array_json(a, limit),
+        Value::Array(a) => array_json(a, &mut { limit }),
     }
 }
 
@@ -253,6 +259,31 @@ fn value_text(v: &Value, limit: usize) -> String {
     }
 }
 
+/// Columns are padded to the longest name up to this many characters; longer names
+/// overflow their column instead of widening every line.
+const MAX_COLUMN: usize = 64;
+
+/// Names longer than this are shown cut, with their length.
+const MAX_NAME: usize = 256;
+
+/// A key or tensor name as shown in text: control characters escaped (a file's names
+/// must not drive the terminal), cut to [`MAX_NAME`] characters.
+fn shown_name(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if i == MAX_NAME {
+            let _ = write!(out, "…({} bytes)", name.len());
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn human_bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
@@ -326,19 +357,21 @@ pub fn to_text(file: &GgufFile, full: bool) -> String {
         let _ = writeln!(o, "split:     cannot open the whole model ({e}); showing this file only");
     }
     let _ = writeln!(o, "\nmetadata:");
-    let kw = view.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    for (k, v) in view.metadata().iter() {
+    let keys: Vec<String> = view.metadata().iter().map(|(k, _)| shown_name(k)).collect();
+    let kw = keys.iter().map(|k| k.chars().count()).max().unwrap_or(0).min(MAX_COLUMN);
+    for (k, (_, v)) in keys.iter().zip(view.metadata().iter()) {
         let _ = writeln!(o, "  {k:<kw$}  {:<6} {}", v.value_type().name(), value_text(v, limit));
     }
     let _ = writeln!(o, "\ntensors:");
-    let nw = tensors.iter().map(|(t, _)| t.name.len()).max().unwrap_or(4).max(4);
+    let names: Vec<String> = tensors.iter().map(|(t, _)| shown_name(&t.name)).collect();
+    let nw = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).clamp(4, MAX_COLUMN);
     let split = view.split().is_some();
     let _ = write!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", "name", "type", "shape", "offset", "bytes");
     let _ = writeln!(o, "{}", if split { "  shard" } else { "" });
-    for (t, shard) in &tensors {
+    for (name, (t, shard)) in names.iter().zip(&tensors) {
         let shape = format!("{:?}", t.dims);
         let bytes = t.size.map(|b| b.to_string()).unwrap_or_else(|| "?".into());
-        let _ = write!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", t.name, t.type_name(), shape, t.offset, bytes);
+        let _ = write!(o, "  {name:<nw$}  {:<8} {:<24} {:>12} {:>12}", t.type_name(), shape, t.offset, bytes);
         let _ = writeln!(o, "{}", shard.map(|n| format!("  {n:>5}")).unwrap_or_default());
     }
     let s = Summary::of_tensors(tensors.iter().map(|(t, _)| *t));

@@ -112,9 +112,6 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.parallel == 0 {
         bail!("--parallel must be at least 1");
     }
-    if args.threads == Some(0) {
-        bail!("--threads must be at least 1");
-    }
     let chat_template = match &args.chat_template_file {
         Some(f) => Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?),
         None => args.chat_template.clone(),
@@ -127,7 +124,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         n_ctx: args.ctx_size,
         n_batch: args.batch_size,
         n_ubatch: args.ubatch_size,
-        n_threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        n_threads: crate::engine::threads(args.threads)?,
         threads_http: args.threads_http,
         alias: args.alias.clone(),
         api_keys: keys,

@@ -78,8 +78,10 @@ impl Hparams {
         }
         let n_ff = ld.opt_u32_per_layer("feed_forward_length", n_layer)?.unwrap_or_else(|| vec![0; n_layer]);
         let n_ctx_train = ld.opt_u32("context_length")?.unwrap_or(2048) as usize;
-        let rms_eps = ld.f32("attention.layer_norm_rms_epsilon")?;
-        let rope_base = ld.opt_f32("rope.freq_base")?.unwrap_or(10000.0);
+        let rms_eps = ld
+            .opt_f32_in("attention.layer_norm_rms_epsilon", 0.0..=1.0)?
+            .ok_or_else(|| Error::MissingKey(ld.key("attention.layer_norm_rms_epsilon")))?;
+        let rope_base = ld.opt_f32_in("rope.freq_base", f32::MIN_POSITIVE..)?.unwrap_or(10000.0);
         let scaling = ld.opt_str("rope.scaling.type")?.unwrap_or("linear");
         let rope_yarn = match scaling {
             "none" | "linear" => false,
@@ -90,9 +92,9 @@ impl Hparams {
                 )))
             }
         };
-        let factor = match ld.opt_f32("rope.scaling.factor")? {
+        let factor = match ld.opt_f32_in("rope.scaling.factor", 0.0..)? {
             Some(f) => f,
-            None => ld.opt_f32("rope.scale_linear")?.unwrap_or(0.0),
+            None => ld.opt_f32_in("rope.scale_linear", 0.0..)?.unwrap_or(0.0),
         };
         let rope_freq_scale = if scaling == "none" || factor == 0.0 { 1.0 } else { 1.0 / factor };
         let n_ctx_orig = ld.opt_u32("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train as u32);

@@ -31,6 +31,48 @@ impl CacheType {
 const Q8_BLOCK: usize = 32;
 const Q8_BYTES: usize = 34;
 
+/// `n` copies of `zero`, or an error if the allocator refuses (never an abort).
+fn zeroed<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::Invalid(format!(
+            "cannot allocate {} for the KV cache; use a smaller -c",
+            human(n as u64 * std::mem::size_of::<T>() as u64)
+        ))
+    })?;
+    v.resize(n, zero);
+    Ok(v)
+}
+
+fn human(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// Bytes of one cache row of `width` elements.
+fn row_bytes(ty: CacheType, width: usize) -> u64 {
+    match ty {
+        CacheType::F16 => width as u64 * 2,
+        CacheType::F32 => width as u64 * 4,
+        CacheType::Q8_0 => (width / Q8_BLOCK * Q8_BYTES) as u64,
+    }
+}
+
+/// Memory this process can still get: `MemAvailable + SwapFree` from `/proc/meminfo`
+/// (`None` where that is not readable).
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib * 1024)
+    };
+    Some(field("MemAvailable:")? + field("SwapFree:").unwrap_or(0))
+}
+
 /// One layer's K or V storage: `n_ctx` rows of `width` elements.
 #[derive(Debug)]
 pub enum CacheRows {
@@ -54,15 +96,15 @@ impl CacheMatrix {
     pub fn new(ty: CacheType, n_ctx: usize, width: usize) -> Result<CacheMatrix> {
         let n = n_ctx.checked_mul(width).ok_or_else(|| Error::Invalid("KV cache size overflows".into()))?;
         let rows = match ty {
-            CacheType::F16 => CacheRows::F16(vec![f16::ZERO; n]),
-            CacheType::F32 => CacheRows::F32(vec![0.0; n]),
+            CacheType::F16 => CacheRows::F16(zeroed(n, f16::ZERO)?),
+            CacheType::F32 => CacheRows::F32(zeroed(n, 0.0)?),
             CacheType::Q8_0 => {
                 if !width.is_multiple_of(Q8_BLOCK) {
                     return Err(Error::Unsupported(format!(
                         "q8_0 cache needs a row width that is a multiple of 32 (this model: {width})"
                     )));
                 }
-                CacheRows::Q8_0(vec![0; n / Q8_BLOCK * Q8_BYTES])
+                CacheRows::Q8_0(zeroed(n / Q8_BLOCK * Q8_BYTES, 0)?)
             }
         };
         Ok(CacheMatrix { width, rows })
@@ -204,7 +246,22 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache with per-layer widths `(k_width, v_width)`.
+    ///
+    /// The whole size is checked before anything is allocated: more than the machine has
+    /// available ([`available_memory`]) is an error naming the context size.
     pub fn new(widths: &[(usize, usize)], n_ctx: usize, tk: CacheType, tv: CacheType) -> Result<KvCache> {
+        let need = Self::bytes_for(widths, n_ctx, tk, tv)
+            .ok_or_else(|| Error::Invalid(format!("the KV cache for a context of {n_ctx} overflows")))?;
+        if let Some(avail) = available_memory() {
+            if need > avail {
+                return Err(Error::Invalid(format!(
+                    "the KV cache for a context of {n_ctx} needs {}, more than the {} available; \
+                     use a smaller -c (or -ctk/-ctv q8_0)",
+                    human(need),
+                    human(avail)
+                )));
+            }
+        }
         let mut k = Vec::with_capacity(widths.len());
         let mut v = Vec::with_capacity(widths.len());
         for &(wk, wv) in widths {
@@ -212,6 +269,14 @@ impl KvCache {
             v.push(CacheMatrix::new(tv, n_ctx, wv)?);
         }
         Ok(KvCache { k, v, n_ctx })
+    }
+
+    /// Bytes a cache of these widths and `n_ctx` positions takes (`None` on overflow).
+    pub fn bytes_for(widths: &[(usize, usize)], n_ctx: usize, tk: CacheType, tv: CacheType) -> Option<u64> {
+        widths.iter().try_fold(0u64, |acc, &(wk, wv)| {
+            let layer = row_bytes(tk, wk).checked_add(row_bytes(tv, wv))?.checked_mul(n_ctx as u64)?;
+            acc.checked_add(layer)
+        })
     }
 
     /// Bytes held.
@@ -223,6 +288,16 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_larger_than_the_machine_is_an_error_not_an_abort() {
+        let w = [(4096, 4096); 32];
+        let e = KvCache::new(&w, 10_000_000, CacheType::F16, CacheType::F16).unwrap_err().to_string();
+        assert!(e.contains("context of 10000000") && e.contains("-c"), "{e}");
+        let e = KvCache::new(&w, usize::MAX / 2, CacheType::F16, CacheType::F16).unwrap_err().to_string();
+        assert!(e.contains("overflows"), "{e}");
+        assert_eq!(KvCache::bytes_for(&[(64, 32)], 10, CacheType::F16, CacheType::Q8_0), Some(10 * (128 + 34)));
+    }
 
     #[test]
     fn rows_round_trip() {

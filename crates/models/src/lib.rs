@@ -26,7 +26,7 @@ use std::sync::Arc;
 pub use error::{Error, Result};
 pub use kv_cache::CacheType;
 pub use model::{Logits, Model, Observer, Segment, State, StateOptions};
-pub use quant_kernels::Pool;
+pub use quant_kernels::{Pool, MAX_THREADS};
 pub use registry::{architectures, Architecture};
 pub use sampling::{Sampler, SamplerParams};
 

@@ -103,14 +103,30 @@ impl<'a> Loader<'a> {
         self.opt_u32(suffix)?.ok_or_else(|| Error::MissingKey(self.key(suffix)))
     }
 
-    /// An optional float.
+    /// An optional float; NaN and infinities (and values beyond f32's range) are refused:
+    /// no hyperparameter of any architecture is meaningful as one.
     pub fn opt_f32(&self, suffix: &str) -> Result<Option<f32>> {
         match self.value(suffix) {
             None => Ok(None),
             Some((key, v)) => match v.as_f64() {
-                Some(x) => Ok(Some(x as f32)),
+                Some(x) if (x as f32).is_finite() => Ok(Some(x as f32)),
+                Some(x) => Err(Error::BadKey { key, msg: format!("expected a finite number, found {x}") }),
                 None => Err(Error::BadKey { key, msg: format!("expected a number, found {}", v.value_type().name()) }),
             },
+        }
+    }
+
+    /// An optional float that must lie in `range`.
+    pub fn opt_f32_in(
+        &self,
+        suffix: &str,
+        range: impl std::ops::RangeBounds<f32> + std::fmt::Debug,
+    ) -> Result<Option<f32>> {
+        match self.opt_f32(suffix)? {
+            Some(x) if !range.contains(&x) => {
+                Err(Error::BadKey { key: self.key(suffix), msg: format!("{x} is out of range ({range:?})") })
+            }
+            x => Ok(x),
         }
     }
 
@@ -123,10 +139,7 @@ impl<'a> Loader<'a> {
     pub fn opt_str(&self, suffix: &str) -> Result<Option<&'a str>> {
         match self.value(suffix) {
             None => Ok(None),
-            Some((key, v)) => match v.as_str() {
-                Some(s) => Ok(Some(s)),
-                None => Err(Error::BadKey { key, msg: format!("expected a string, found {}", v.value_type().name()) }),
-            },
+            Some((key, v)) => str_value(&key, v).map(Some),
         }
     }
 
@@ -216,11 +229,29 @@ impl<'a> Loader<'a> {
     pub fn opt_vector(&self, name: &str, len: u64) -> Result<Option<Vec<f32>>> {
         let Some(t) = self.opt_tensor(name, &[len])? else { return Ok(None) };
         let traits = ggml_quants::lookup_id(t.type_id)?;
-        Ok(Some(traits.dequantize_to_vec(t.data(self.file))?))
+        let v = traits.dequantize_to_vec(t.data(self.file))?;
+        // cheap (a vector per layer) and it turns a garbage-generating file into an error
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::Invalid(format!("tensor `{name}`: element {i} is {} (must be finite)", v[i])));
+        }
+        Ok(Some(v))
     }
 
     /// A required small tensor decoded to `f32`.
     pub fn vector(&self, name: &str, len: u64) -> Result<Vec<f32>> {
         self.opt_vector(name, len)?.ok_or_else(|| Error::MissingTensor(name.to_string()))
+    }
+}
+
+/// `v` as UTF-8 text, or an error naming `key` (a string that is not UTF-8 says so).
+pub(crate) fn str_value<'v>(key: &str, v: &'v Value) -> Result<&'v str> {
+    match v.as_str() {
+        Some(s) => Ok(s),
+        None if matches!(v, Value::String(_)) => {
+            Err(Error::BadKey { key: key.into(), msg: "the string is not valid UTF-8".into() })
+        }
+        None => {
+            Err(Error::BadKey { key: key.into(), msg: format!("expected a string, found {}", v.value_type().name()) })
+        }
     }
 }

@@ -37,10 +37,7 @@ pub fn lookup(name: &str) -> Result<&'static Architecture> {
 pub fn load(file: std::sync::Arc<SplitGguf>) -> Result<Box<dyn Model>> {
     let arch = match file.metadata().get("general.architecture") {
         None => return Err(Error::MissingKey("general.architecture".into())),
-        Some(v) => v.as_str().ok_or_else(|| Error::BadKey {
-            key: "general.architecture".into(),
-            msg: format!("expected a string, found {}", v.value_type().name()),
-        })?,
+        Some(v) => crate::loader::str_value("general.architecture", v)?,
     }
     .to_string();
     (lookup(&arch)?.load)(file)

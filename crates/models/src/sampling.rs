@@ -78,7 +78,7 @@ impl Sampler {
         self.history.push(token);
     }
 
-    /// Picks the next token from `logits`.
+    /// Picks the next token from `logits` (0 for an empty slice).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         let mut owned;
@@ -107,7 +107,8 @@ impl Sampler {
             }
             logits = &owned;
         }
-        if p.temp <= 0.0 {
+        if p.temp <= 0.0 || logits.is_empty() {
+            // an empty row (no token evaluated) gives 0 as `argmax` does, not a panic
             return argmax(logits);
         }
         let cand = &mut self.cand;

@@ -23,7 +23,7 @@ pub mod scalar;
 
 pub use error::Error;
 pub use matmul::{matmul, matmul_expert, matmul_rowwise, tile_by_vec_dot, Matrix, Repacked};
-pub use pool::Pool;
+pub use pool::{Pool, MAX_THREADS};
 pub use registry::{kernel_info, Kernel, Repacker, Tile};
 pub use rowdot::{quantize_row, ActRow};
 

@@ -67,9 +67,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The most threads a pool runs (llama.cpp's `GGML_MAX_N_THREADS`).
+pub const MAX_THREADS: usize = 512;
+
 impl Pool {
     /// A pool of `n_threads` threads including the caller (`0` is treated as 1); starts
-    /// `n_threads - 1` workers.
+    /// `n_threads - 1` workers — fewer when the OS refuses a thread or past
+    /// [`MAX_THREADS`]: [`Pool::n_threads`] says how many run.
     pub fn new(n_threads: usize) -> Pool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
@@ -84,16 +88,17 @@ impl Pool {
             shutdown: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
         });
-        let workers = (1..n_threads)
-            .map(|i| {
-                let s = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(format!("qk-worker-{i}"))
-                    .spawn(move || worker(&s))
-                    .expect("spawning a pool worker thread")
-            })
-            .collect();
-        Pool { n_threads, shared, busy: AtomicBool::new(false), workers }
+        // As many workers as the OS gives, up to the request (and llama.cpp's cap): a
+        // failed spawn leaves a smaller pool, never a panic. `n_threads()` tells the truth.
+        let mut workers = Vec::new();
+        for i in 1..n_threads.min(MAX_THREADS) {
+            let s = Arc::clone(&shared);
+            match std::thread::Builder::new().name(format!("qk-worker-{i}")).spawn(move || worker(&s)) {
+                Ok(h) => workers.push(h),
+                Err(_) => break,
+            }
+        }
+        Pool { n_threads: workers.len() + 1, shared, busy: AtomicBool::new(false), workers }
     }
 
     /// Threads taking part in a job, the caller included.

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `gguf` binary on small files written by our own writer.
 
 mod engine;
+mod hostile;
 mod split;
 mod split_model;
 mod workflow;

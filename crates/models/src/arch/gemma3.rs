@@ -35,7 +35,7 @@ inventory::submit! {
                 spec.swa = Some(Swa {
                     window,
                     layers,
-                    rope_base: ld.opt_f32("rope.freq_base_swa")?.unwrap_or(10000.0),
+                    rope_base: ld.opt_f32_in("rope.freq_base_swa", f32::MIN_POSITIVE..)?.unwrap_or(10000.0),
                     rope_freq_scale: 1.0,
                 });
             }
