@@ -54,73 +54,87 @@ impl Bpe {
         self.piece_ids.get(s).copied().unwrap_or(NONE)
     }
 
-    /// Tokenizes one raw-text fragment, appending ids.
+    /// Tokenizes one raw-text fragment, appending ids. Words are merged as the
+    /// pre-tokenizer produces them, with buffers reused from word to word.
     pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result<(), Error> {
-        let words = self.pre.split(text)?;
         let mut sym: Vec<Sym> = Vec::new();
+        let mut prev: Vec<i32> = Vec::new();
         let mut heap: BinaryHeap<Bigram> = BinaryHeap::new();
-        for word in &words {
-            if word.is_empty() {
+        self.pre.split_each(text, &mut |word| {
+            self.word(vocab, word, &mut sym, &mut prev, &mut heap, out);
+            Ok(())
+        })
+    }
+
+    fn word(
+        &self,
+        vocab: &Vocab,
+        word: &[u8],
+        sym: &mut Vec<Sym>,
+        prev: &mut Vec<i32>,
+        heap: &mut BinaryHeap<Bigram>,
+        out: &mut Vec<u32>,
+    ) {
+        if word.is_empty() {
+            return;
+        }
+        sym.clear();
+        heap.clear();
+        let whole = vocab.ignore_merges || (self.gemma4 && word.iter().all(|&b| b == b'\n'));
+        if whole {
+            if let Some(id) = vocab.text_to_token(word) {
+                out.push(id);
+                return;
+            }
+        }
+        let mut off = 0;
+        while off < word.len() {
+            let n = unicode::len_utf8(word[off]).min(word.len() - off);
+            sym.push(Sym { start: off as u32, n: n as u32, piece: self.piece(&word[off..off + n]), next: 0 });
+            off += n;
+        }
+        let ns = sym.len();
+        for (i, s) in sym.iter_mut().enumerate() {
+            s.next = if i + 1 < ns { (i + 1) as i32 } else { -1 };
+        }
+        prev.clear();
+        prev.extend((0..ns as i32).map(|i| i - 1));
+        for i in 1..ns {
+            self.push_bigram(sym, heap, (i - 1) as i32, i as i32);
+        }
+        while let Some(bg) = heap.pop() {
+            let (l, r) = (bg.left as usize, bg.right as usize);
+            if sym[l].n == 0 || sym[r].n == 0 || sym[l].piece != bg.lp || sym[r].piece != bg.rp {
                 continue;
             }
-            sym.clear();
-            heap.clear();
-            let whole = vocab.ignore_merges || (self.gemma4 && word.iter().all(|&b| b == b'\n'));
-            if whole {
-                if let Some(id) = vocab.text_to_token(word) {
-                    out.push(id);
-                    continue;
-                }
+            sym[l].n += sym[r].n;
+            sym[l].piece = bg.merged;
+            sym[r].n = 0;
+            sym[l].next = sym[r].next;
+            if sym[r].next >= 0 {
+                prev[sym[r].next as usize] = l as i32;
             }
-            let mut off = 0;
-            while off < word.len() {
-                let n = unicode::len_utf8(word[off]).min(word.len() - off);
-                sym.push(Sym { start: off as u32, n: n as u32, piece: self.piece(&word[off..off + n]), next: 0 });
-                off += n;
-            }
-            let ns = sym.len();
-            for (i, s) in sym.iter_mut().enumerate() {
-                s.next = if i + 1 < ns { (i + 1) as i32 } else { -1 };
-            }
-            let mut prev: Vec<i32> = (0..ns as i32).map(|i| i - 1).collect();
-            for i in 1..ns {
-                self.push_bigram(&sym, &mut heap, (i - 1) as i32, i as i32);
-            }
-            while let Some(bg) = heap.pop() {
-                let (l, r) = (bg.left as usize, bg.right as usize);
-                if sym[l].n == 0 || sym[r].n == 0 || sym[l].piece != bg.lp || sym[r].piece != bg.rp {
-                    continue;
-                }
-                sym[l].n += sym[r].n;
-                sym[l].piece = bg.merged;
-                sym[r].n = 0;
-                sym[l].next = sym[r].next;
-                if sym[r].next >= 0 {
-                    prev[sym[r].next as usize] = l as i32;
-                }
-                self.push_bigram(&sym, &mut heap, prev[l], l as i32);
-                self.push_bigram(&sym, &mut heap, l as i32, sym[l].next);
-            }
-            for s in sym.iter().filter(|s| s.n > 0) {
-                let piece = &word[s.start as usize..(s.start + s.n) as usize];
-                match vocab.text_to_token(piece) {
-                    Some(id) => out.push(id),
-                    None => {
-                        for &b in piece {
-                            let t = if self.pre.byte_encode {
-                                vocab.text_to_token(&[b])
-                            } else {
-                                vocab.text_to_token(format!("<0x{b:02X}>").as_bytes())
-                            };
-                            if let Some(t) = t {
-                                out.push(t);
-                            }
+            self.push_bigram(sym, heap, prev[l], l as i32);
+            self.push_bigram(sym, heap, l as i32, sym[l].next);
+        }
+        for s in sym.iter().filter(|s| s.n > 0) {
+            let piece = &word[s.start as usize..(s.start + s.n) as usize];
+            match vocab.text_to_token(piece) {
+                Some(id) => out.push(id),
+                None => {
+                    for &b in piece {
+                        let t = if self.pre.byte_encode {
+                            vocab.text_to_token(&[b])
+                        } else {
+                            vocab.text_to_token(format!("<0x{b:02X}>").as_bytes())
+                        };
+                        if let Some(t) = t {
+                            out.push(t);
                         }
                     }
                 }
             }
         }
-        Ok(())
     }
 
     #[inline]

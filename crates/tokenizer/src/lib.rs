@@ -85,6 +85,14 @@ pub enum Error {
     /// A special token the operation needs is not defined.
     #[error("the vocabulary has no {0} token")]
     MissingSpecial(&'static str),
+    /// A text is too long for an encoder's index types.
+    #[error("input of {len} bytes is too long (at most {max} in one piece)")]
+    InputTooLong {
+        /// The length.
+        len: usize,
+        /// The most supported.
+        max: usize,
+    },
     /// A chat template failed to parse or render.
     #[error("chat template: {0}")]
     Template(String),
@@ -194,12 +202,19 @@ pub(crate) struct Vocab {
     /// `token_to_piece(id, special = true)` for every token.
     pieces: Vec<Vec<u8>>,
     eog: BTreeSet<u32>,
+    /// SPM: the adjacent symbol pairs of all token texts, built on the first long text
+    /// (see `spm::tokenize`).
+    spm_pairs: std::sync::OnceLock<Option<Vec<u64>>>,
 }
 
 impl Vocab {
     #[inline]
     pub(crate) fn text_to_token(&self, t: &[u8]) -> Option<u32> {
         self.token_to_id.get(t).copied()
+    }
+
+    pub(crate) fn spm_pairs(&self) -> Option<&[u64]> {
+        self.spm_pairs.get_or_init(|| spm::adjacent_pairs(self)).as_deref()
     }
 
     pub(crate) fn byte_to_token(&self, b: u8) -> Result<u32> {
@@ -535,6 +550,7 @@ impl Tokenizer {
             byte_tokens: Vec::new(),
             pieces: Vec::new(),
             eog: BTreeSet::new(),
+            spm_pairs: std::sync::OnceLock::new(),
         };
 
         // special ids: defaults out of range are disabled; file values out of range ignored
@@ -609,14 +625,7 @@ impl Tokenizer {
             .filter(|&id| vocab.tokens[id as usize].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
             .collect();
         cache.sort_by(|&a, &b| vocab.tokens[b as usize].text.len().cmp(&vocab.tokens[a as usize].text.len()));
-        vocab.special_ac = if cache.is_empty() {
-            None
-        } else {
-            aho_corasick::AhoCorasick::builder()
-                .match_kind(aho_corasick::MatchKind::Standard)
-                .build(cache.iter().map(|&id| &vocab.tokens[id as usize].text))
-                .ok()
-        };
+        vocab.special_ac = special_automaton(cache.iter().map(|&id| &vocab.tokens[id as usize].text[..]));
         vocab.cache_special = cache;
         vocab.byte_tokens = (0..=255u8).map(|b| vocab.byte_to_token_slow(b).ok()).collect();
         vocab.pieces = (0..n as u32).map(|id| vocab.piece_uncached(id)).collect();
@@ -714,12 +723,11 @@ impl Tokenizer {
                 for f in &frags {
                     match *f {
                         Frag::Text(s, e) => {
-                            let mut t = Vec::with_capacity(e - s + 8);
+                            let mut t = Vec::new();
                             if v.add_space_prefix && prev_special {
-                                t.push(b' ');
+                                t.extend_from_slice("\u{2581}".as_bytes());
                             }
-                            t.extend_from_slice(&text[s..e]);
-                            let t = escape_whitespace(&t);
+                            escape_whitespace_into(&text[s..e], &mut t);
                             spm::tokenize(v, &t, &mut out)?;
                             prev_special = false;
                         }
@@ -1111,6 +1119,34 @@ impl Vocab {
     }
 }
 
+/// The automaton over the special-token texts that tells which of them occur in a text
+/// (overlapping, `MatchKind::Standard`). Its construction must stay linear in the
+/// texts' bytes: a DFA costs states × byte classes × failure depth, quadratic in one
+/// long repetitive token (a 20 KB `AAAA…` control token took seconds), so a DFA is
+/// only built while that product is small; otherwise a contiguous NFA (linear), or the
+/// noncontiguous one should that not fit. `None` (no special tokens, or no automaton
+/// could be built) makes [`Tokenizer::partition`] try every special token — slower,
+/// same result.
+fn special_automaton<'a>(texts: impl Iterator<Item = &'a [u8]> + Clone) -> Option<aho_corasick::AhoCorasick> {
+    use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+    let (mut count, mut total, mut longest) = (0usize, 0usize, 0usize);
+    for t in texts.clone() {
+        count += 1;
+        total += t.len();
+        longest = longest.max(t.len());
+    }
+    if count == 0 {
+        return None;
+    }
+    /// Bound on total bytes × longest text for a DFA (its build is at most this × 256).
+    const DFA_BUDGET: usize = 1 << 18;
+    let build = |kind| AhoCorasick::builder().match_kind(MatchKind::Standard).kind(kind).build(texts.clone()).ok();
+    let dfa_ok = count <= 100 && total.saturating_mul(longest) <= DFA_BUDGET;
+    (if dfa_ok { build(Some(AhoCorasickKind::DFA)) } else { None })
+        .or_else(|| build(Some(AhoCorasickKind::ContiguousNFA)))
+        .or_else(|| build(Some(AhoCorasickKind::NoncontiguousNFA)))
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Frag {
     Text(usize, usize),
@@ -1122,15 +1158,22 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 fn escape_whitespace(t: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(t.len() + t.len() / 2);
-    for &b in t {
-        if b == b' ' {
-            out.extend_from_slice("\u{2581}".as_bytes());
-        } else {
-            out.push(b);
-        }
-    }
+    let mut out = Vec::new();
+    escape_whitespace_into(t, &mut out);
     out
+}
+
+/// Appends `t` with each space as `▁`, sized exactly.
+fn escape_whitespace_into(t: &[u8], out: &mut Vec<u8>) {
+    let spaces = memchr::memchr_iter(b' ', t).count();
+    out.reserve_exact(t.len() + 2 * spaces);
+    let mut last = 0;
+    for i in memchr::memchr_iter(b' ', t) {
+        out.extend_from_slice(&t[last..i]);
+        out.extend_from_slice("\u{2581}".as_bytes());
+        last = i + 1;
+    }
+    out.extend_from_slice(&t[last..]);
 }
 
 /// llama.cpp's `clean_up_tokenization_spaces` passes, in place and byte for byte.

@@ -390,8 +390,25 @@ impl CompiledPre {
     /// Splits text into words (llama.cpp's `unicode_regex_split`); words are GPT-2
     /// byte-encoded when `byte_encode`.
     pub fn split(&self, text: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        let mut words = Vec::new();
+        self.split_each(text, &mut |w| {
+            words.push(w.to_vec());
+            Ok(())
+        })?;
+        Ok(words)
+    }
+
+    /// [`CompiledPre::split`] without collecting: `f` gets each word in order, in a
+    /// buffer it may not keep. Each splitter hands its words to the next in batches
+    /// (every splitter works within the pieces of the previous one), so beyond the
+    /// codepoints of the text (and, for patterns on the engine, their collapsed copy)
+    /// memory stays bounded however long the text. An error stops the words; it is the
+    /// one `split` would return.
+    pub fn split_each(&self, text: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<(), Error> {
         let cpts = unicode::cpts_from_utf8(text);
-        let collapsed: Vec<u32> = if self.need_collapse {
+        let engine =
+            |c: bool| self.splitters.iter().any(|s| matches!(s, Splitter::Engine { collapsed, .. } if *collapsed == c));
+        let collapsed: Vec<u32> = if self.need_collapse && engine(true) {
             cpts.iter()
                 .map(|&c| {
                     if c < 128 {
@@ -408,85 +425,172 @@ impl CompiledPre {
         } else {
             Vec::new()
         };
-        let mut wide: Option<Vec<u32>> = None;
-        let mut offsets = vec![cpts.len()];
-        for s in &self.splitters {
-            offsets = match s {
-                Splitter::Gpt2 => split_gpt2(&cpts, &offsets),
-                Splitter::Llama3 => split_llama3(&cpts, &offsets, Digits::UpTo3, false),
-                Splitter::Qwen2 => split_llama3(&cpts, &offsets, Digits::One, false),
-                Splitter::Qwen35 => split_llama3(&cpts, &offsets, Digits::One, true),
-                Splitter::KimiK2 => split_kimi_k2(&cpts, &offsets),
-                Splitter::Afmoe => split_afmoe(&cpts, &offsets),
-                Splitter::Newlines => split_newlines(&cpts, &offsets),
-                Splitter::Engine { regex, collapsed: true } => split_engine(regex, &collapsed, &offsets)?,
-                Splitter::Engine { regex, collapsed: false } => {
-                    let w = wide.get_or_insert_with(|| {
-                        cpts.iter()
-                            .map(|&c| if c > 0x7F && unicode::flags(c).is_whitespace() { 0x0B } else { c })
-                            .collect()
-                    });
-                    split_engine(regex, w, &offsets)?
-                }
-            };
-        }
+        let wide: Vec<u32> = if engine(false) {
+            cpts.iter().map(|&c| if c > 0x7F && unicode::flags(c).is_whitespace() { 0x0B } else { c }).collect()
+        } else {
+            Vec::new()
+        };
+        let ctx = Ctx { cpts: &cpts, collapsed: &collapsed, wide: &wide };
+        // a codepoint past U+10FFFF fails the words' UTF-8 encoding, after all splitting
+        let invalid = cpts.iter().copied().find(|&c| c > 0x10FFFF);
         let table = unicode::byte_to_cpt_table();
-        let mut words = Vec::with_capacity(offsets.len());
-        let mut start = 0;
-        for &len in &offsets {
-            let mut w = Vec::with_capacity(len * 2);
-            for &c in &cpts[start..start + len] {
-                if !unicode::push_utf8(&mut w, c) {
-                    return Err(Error::InvalidCodepoint(c));
+        let (mut w, mut e) = (Vec::new(), Vec::new());
+        let mut err: Option<Error> = None;
+        let mut emit = |start: usize, lens: &[usize], err: &mut Option<Error>| {
+            if invalid.is_some() {
+                return;
+            }
+            let mut pos = start;
+            for &len in lens {
+                w.clear();
+                for &c in &cpts[pos..pos + len] {
+                    unicode::push_utf8(&mut w, c);
+                }
+                pos += len;
+                let word = if self.byte_encode {
+                    e.clear();
+                    for &b in &w {
+                        unicode::push_utf8(&mut e, table[b as usize]);
+                    }
+                    &e
+                } else {
+                    &w
+                };
+                if let Err(x) = f(word) {
+                    *err = Some(x);
+                    return;
                 }
             }
-            start += len;
-            if self.byte_encode {
-                let mut e = Vec::with_capacity(w.len() * 2);
-                for &b in &w {
-                    unicode::push_utf8(&mut e, table[b as usize]);
-                }
-                w = e;
-            }
-            words.push(w);
+        };
+        self.level(0, &ctx, 0, &[cpts.len()], &mut emit, &mut err);
+        if let Some(x) = err {
+            return Err(x);
         }
-        Ok(words)
+        match invalid {
+            Some(c) => Err(Error::InvalidCodepoint(c)),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs splitter `i` over the pieces `lens` (starting at codepoint `base`), handing
+    /// its words on to splitter `i + 1` — or to `emit` past the last one.
+    fn level(&self, i: usize, ctx: &Ctx, base: usize, lens: &[usize], emit: &mut Emit, err: &mut Option<Error>) {
+        if err.is_some() {
+            return;
+        }
+        let Some(s) = self.splitters.get(i) else {
+            emit(base, lens, err);
+            return;
+        };
+        let mut cursor = base;
+        let mut inner_err = None;
+        let mut next = |b: &[usize]| {
+            self.level(i + 1, ctx, cursor, b, emit, &mut inner_err);
+            cursor += b.iter().sum::<usize>();
+        };
+        let mut out = Sink { buf: Vec::new(), next: &mut next };
+        let r = match s {
+            Splitter::Engine { regex, collapsed } => {
+                split_engine(regex, if *collapsed { ctx.collapsed } else { ctx.wide }, base, lens, &mut out)
+            }
+            hand => {
+                split_hand(hand, ctx.cpts, base, lens, &mut out);
+                Ok(())
+            }
+        };
+        // on a regex error the words so far still go on (`split` drops them anyway)
+        out.flush();
+        drop(out);
+        if let Err(x) = r {
+            inner_err.get_or_insert(x);
+        }
+        if let Some(x) = inner_err {
+            err.get_or_insert(x);
+        }
     }
 }
 
-fn split_engine(regex: &Regex, text: &[u32], offsets: &[usize]) -> Result<Vec<usize>, Error> {
-    let mut out = Vec::with_capacity(offsets.len());
-    let mut start = 0;
+/// Receives the words past the last splitter: their start, lengths, and the error slot.
+type Emit<'e> = dyn FnMut(usize, &[usize], &mut Option<Error>) + 'e;
+
+/// The texts a split works on: the codepoints, and the copies the engine matches on.
+struct Ctx<'a> {
+    cpts: &'a [u32],
+    collapsed: &'a [u32],
+    wide: &'a [u32],
+}
+
+/// Words (lengths in codepoints) handed from one splitter to the next per batch.
+const BATCH: usize = 4096;
+
+/// Collects a splitter's words and hands them on in batches.
+struct Sink<'a> {
+    buf: Vec<usize>,
+    next: &'a mut dyn FnMut(&[usize]),
+}
+
+impl Sink<'_> {
+    #[inline]
+    fn push(&mut self, len: usize) {
+        self.buf.push(len);
+        if self.buf.len() >= BATCH {
+            self.flush();
+        }
+    }
+    fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            (self.next)(&self.buf);
+            self.buf.clear();
+        }
+    }
+}
+
+/// The hand-written splitters (the engine is [`split_engine`]).
+fn split_hand(s: &Splitter, cpts: &[u32], base: usize, lens: &[usize], out: &mut Sink) {
+    match s {
+        Splitter::Gpt2 => split_gpt2(cpts, base, lens, out),
+        Splitter::Llama3 => split_llama3(cpts, base, lens, out, Digits::UpTo3, false),
+        Splitter::Qwen2 => split_llama3(cpts, base, lens, out, Digits::One, false),
+        Splitter::Qwen35 => split_llama3(cpts, base, lens, out, Digits::One, true),
+        Splitter::KimiK2 => split_kimi_k2(cpts, base, lens, out),
+        Splitter::Afmoe => split_afmoe(cpts, base, lens, out),
+        Splitter::Newlines => split_newlines(cpts, base, lens, out),
+        Splitter::Engine { .. } => {}
+    }
+}
+
+fn split_engine(regex: &Regex, text: &[u32], base: usize, offsets: &[usize], out: &mut Sink) -> Result<(), Error> {
+    let mut start = base;
     for &len in offsets {
         let sub = &text[start..start + len];
         let mut idx = 0;
-        for (s, e) in regex.find_iter(sub)? {
+        regex.for_each_match(sub, &mut |s, e| {
             if s > idx {
                 out.push(s - idx);
             }
             out.push(e - s);
             idx = e;
-        }
+        })?;
         if idx < len {
             out.push(len - idx);
         }
         start += len;
     }
-    Ok(out)
+    Ok(())
 }
 
 const OUT_OF_RANGE: u32 = 0xFFFF_FFFF;
 
 /// One chunk of text being split by a hand-written splitter.
-struct Chunk<'a> {
+struct Chunk<'a, 'b> {
     cpts: &'a [u32],
     ini: usize,
     end: usize,
     prev_end: usize,
-    out: &'a mut Vec<usize>,
+    out: &'a mut Sink<'b>,
 }
 
-impl Chunk<'_> {
+impl Chunk<'_, '_> {
     #[inline]
     fn cpt(&self, pos: usize) -> u32 {
         if self.ini <= pos && pos < self.end {
@@ -565,19 +669,17 @@ impl Chunk<'_> {
     }
 }
 
-fn for_chunks(cpts: &[u32], offsets: &[usize], mut f: impl FnMut(&mut Chunk)) -> Vec<usize> {
-    let mut out = Vec::with_capacity(offsets.len().max(cpts.len() / 3));
-    let mut start = 0;
+fn for_chunks(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink, mut f: impl FnMut(&mut Chunk)) {
+    let mut start = base;
     for &len in offsets {
-        let mut c = Chunk { cpts, ini: start, end: start + len, prev_end: start, out: &mut out };
+        let mut c = Chunk { cpts, ini: start, end: start + len, prev_end: start, out: &mut *out };
         f(&mut c);
         start += len;
     }
-    out
 }
 
-fn split_gpt2(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
-    for_chunks(cpts, offsets, |c| {
+fn split_gpt2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+    for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         while pos < c.end {
             let cpt = c.cpt(pos);
@@ -629,8 +731,8 @@ enum Digits {
 }
 
 /// llama3 (`\p{N}{1,3}`), qwen2 (`\p{N}`) and qwen35 (`\p{N}`, letters take `\p{M}`).
-fn split_llama3(cpts: &[u32], offsets: &[usize], digits: Digits, marks: bool) -> Vec<usize> {
-    for_chunks(cpts, offsets, |c| {
+fn split_llama3(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink, digits: Digits, marks: bool) {
+    for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         let letter = |f: Flags| f.is_letter() || (marks && f.is_accent_mark());
         while pos < c.end {
@@ -694,8 +796,8 @@ fn split_llama3(cpts: &[u32], offsets: &[usize], digits: Digits, marks: bool) ->
     })
 }
 
-fn split_kimi_k2(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
-    for_chunks(cpts, offsets, |c| {
+fn split_kimi_k2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+    for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         let nonhan_letter = |c: &Chunk, p: usize| c.flags(p).is_letter() && !unicode::is_han(c.cpt(p));
         while pos < c.end {
@@ -769,8 +871,8 @@ fn split_kimi_k2(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
     })
 }
 
-fn split_afmoe(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
-    for_chunks(cpts, offsets, |c| {
+fn split_afmoe(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+    for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         while pos < c.end {
             if c.flags(pos).is_number() {
@@ -801,9 +903,8 @@ fn split_afmoe(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
     })
 }
 
-fn split_newlines(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut start = 0;
+fn split_newlines(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+    let mut start = base;
     for &len in offsets {
         let end = start + len;
         let mut pos = start;
@@ -817,7 +918,6 @@ fn split_newlines(cpts: &[u32], offsets: &[usize]) -> Vec<usize> {
         }
         start = end;
     }
-    out
 }
 
 #[cfg(test)]

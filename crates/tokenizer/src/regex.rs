@@ -482,9 +482,25 @@ impl Regex {
     /// (including its handling of empty matches). Patterns whose matching recurses per
     /// character run on a thread with a stack sized for the input.
     pub fn find_iter(&self, text: &[u32]) -> Result<Vec<(usize, usize)>, Error> {
+        let mut out = Vec::new();
+        self.for_each_match(text, &mut |s, e| out.push((s, e)))?;
+        Ok(out)
+    }
+
+    /// [`Regex::find_iter`] without collecting: `f` gets each match `(start, end)` in
+    /// order (a pattern that recurses per character, on a long text, still collects
+    /// them on its matcher thread first).
+    pub fn for_each_match(&self, text: &[u32], f: &mut dyn FnMut(usize, usize)) -> Result<(), Error> {
         if !self.deep || text.len() * LEVELS_PER_CHAR <= INLINE_LEVELS {
-            return self.find_iter_with(text, INLINE_LEVELS);
+            return self.find_each_with(text, INLINE_LEVELS, f);
         }
+        for (s, e) in self.find_iter_deep(text)? {
+            f(s, e);
+        }
+        Ok(())
+    }
+
+    fn find_iter_deep(&self, text: &[u32]) -> Result<Vec<(usize, usize)>, Error> {
         let levels = 64 + LEVELS_PER_CHAR * text.len();
         let stack = levels.saturating_mul(BYTES_PER_LEVEL).clamp(8 << 20, 4 << 30);
         std::thread::scope(|sc| {
@@ -502,9 +518,14 @@ impl Regex {
 
     fn find_iter_with(&self, text: &[u32], limit: usize) -> Result<Vec<(usize, usize)>, Error> {
         let mut out = Vec::new();
+        self.find_each_with(text, limit, &mut |s, e| out.push((s, e)))?;
+        Ok(out)
+    }
+
+    fn find_each_with(&self, text: &[u32], limit: usize, f: &mut dyn FnMut(usize, usize)) -> Result<(), Error> {
         let mut cur = self.search(text, 0, false, false, false, limit)?;
         while let Some((s, e)) = cur {
-            out.push((s, e));
+            f(s, e);
             let mut start = e;
             if s == e {
                 if start == text.len() {
@@ -518,7 +539,7 @@ impl Regex {
             }
             cur = self.search(text, start, true, false, false, limit)?;
         }
-        Ok(out)
+        Ok(())
     }
 }
 
