@@ -1,13 +1,13 @@
 //! `gguf`: inspect, dequantize and (soon) run GGUF model files.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use gguf_cli::{engine, fetch, inspect};
-use gguf_format::{GgufFile, SplitGguf};
+use gguf_format::GgufFile;
 
 // Link every built-in quant type into the binary (inventory registrations).
 use ggml_quants as _;
@@ -186,8 +186,17 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("error: {}", chain.join(": "));
+            // a cause whose text its parent already shows is not repeated
+            let mut line = String::new();
+            for c in e.chain().map(|c| c.to_string()) {
+                if !line.ends_with(&c) {
+                    if !line.is_empty() {
+                        line.push_str(": ");
+                    }
+                    line.push_str(&c);
+                }
+            }
+            eprintln!("error: {line}");
             ExitCode::FAILURE
         }
     }
@@ -214,7 +223,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Dequant { file, tensor, output } => dequant(&file, &tensor, &output),
+        Command::Dequant { file, tensor, output } => gguf_cli::dequant(&file, &tensor, &output),
         Command::Fetch { model, list } => {
             if list {
                 for m in fetch::MODELS {
@@ -264,37 +273,4 @@ fn run(cli: Cli) -> Result<()> {
 
 fn open(path: &Path) -> Result<GgufFile> {
     GgufFile::open(path).with_context(|| format!("reading {}", path.display()))
-}
-
-fn dequant(path: &Path, name: &str, output: &Path) -> Result<()> {
-    // A shard of a split model opens the whole set: the tensor may be in any shard.
-    let f = SplitGguf::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let info = f.tensor(name).with_context(|| format!("{}: no tensor named {name:?}", path.display()))?;
-    let t = info.require_type()?;
-    let data = f.tensor_data(info)?;
-    // Decode and write one row at a time: memory stays bounded for any tensor size.
-    let ne0 = info.dims.first().copied().unwrap_or(1) as usize;
-    let row_bytes = t.row_size(ne0)?;
-    // The temporary is removed on every error path (dropped uncommitted).
-    let mut w = BufWriter::new(gguf_format::AtomicFile::create(output)?);
-    if row_bytes == 0 || data.is_empty() {
-        // a tensor with no elements: its row width is not backed by any bytes, allocate nothing
-        if !data.is_empty() {
-            bail!("tensor {name:?}: zero-width rows but {} data bytes", data.len());
-        }
-    } else {
-        // a row is backed by `row_bytes` of file data, so `ne0` is bounded by the file's size
-        let mut row = vec![0f32; ne0];
-        let mut bytes = Vec::with_capacity(ne0 * 4);
-        for chunk in data.chunks_exact(row_bytes) {
-            t.dequantize(chunk, &mut row)?;
-            bytes.clear();
-            for v in &row {
-                bytes.extend_from_slice(&v.to_le_bytes());
-            }
-            w.write_all(&bytes).with_context(|| format!("writing {}", output.display()))?;
-        }
-    }
-    w.into_inner().map_err(|e| e.into_error())?.commit()?;
-    Ok(())
 }
