@@ -297,3 +297,18 @@ fn hostile_chat_template_rendering_nothing_is_an_error() {
     let p = probe("chat: template renders \"\", no BOS", &["chat", "-m", s(&m), "-n", "2"], "hello\n");
     clean("chat empty render", &p, Some("rendered no tokens"));
 }
+
+#[test]
+fn hostile_flag_values_are_refused_or_mean_what_llama_cpp_means() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "flags", &[]);
+    for (flag, v) in [("--temp", "nan"), ("--top-p", "inf"), ("--repeat-penalty", "NaN"), ("--seed", "-5")] {
+        let p = probe(&format!("run: {flag} {v}"), &["run", "-m", s(&m), "-p", "hi", "-n", "1", flag, v], "");
+        assert_eq!(p.code, 2, "{flag} {v}: {}", p.stderr);
+        assert!(p.stderr.contains(flag), "{flag} {v}: {}", p.stderr);
+    }
+    // llama.cpp's -1s: a random seed, the whole context as penalty history, top-k off
+    let args = ["run", "-m", s(&m), "-p", "hi", "-n", "2", "--seed", "-1", "--repeat-last-n", "-1", "--top-k", "-1"];
+    let p = probe("run: --seed -1 --repeat-last-n -1 --top-k -1", &args, "");
+    assert_eq!(p.code, 0, "{}", p.stderr);
+}
