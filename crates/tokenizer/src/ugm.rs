@@ -46,6 +46,19 @@ impl Trie {
     }
 }
 
+/// Viterbi table entries kept before the emitted path is cut off (see
+/// [`Ugm::tokenize`]).
+const WINDOW: usize = 1 << 16;
+
+/// The best path to a position: its last token, that token's length in bytes and the
+/// path's score (16 bytes: one per normalized byte in the window).
+#[derive(Clone, Copy)]
+struct Best {
+    id: u32,
+    len: u32,
+    score: f64,
+}
+
 #[derive(Debug)]
 pub(crate) struct Ugm {
     xcda: Vec<u32>,
@@ -53,6 +66,8 @@ pub(crate) struct Ugm {
     user_defined: Trie,
     tokens: Trie,
     unknown_score: f32,
+    /// Every score (and the unknown score) finite: all positions are reached.
+    finite: bool,
 }
 
 impl Ugm {
@@ -88,7 +103,9 @@ impl Ugm {
             }
         }
         let _ = max_score;
-        Ok(Ugm { xcda, replacements, user_defined, tokens, unknown_score: min_score - 10.0 })
+        let unknown_score = min_score - 10.0;
+        let finite = unknown_score.is_finite() && vocab.tokens.iter().all(|t| t.score.is_finite());
+        Ok(Ugm { xcda, replacements, user_defined, tokens, unknown_score, finite })
     }
 
     fn xcda(&self, i: usize) -> Result<u32, Error> {
@@ -150,7 +167,7 @@ impl Ugm {
         let prepend = !vocab.treat_whitespace_as_suffix && vocab.add_space_prefix;
         let append = vocab.treat_whitespace_as_suffix && vocab.add_space_prefix;
         let merge = vocab.remove_extra_whitespaces;
-        let mut out = Vec::with_capacity(input.len() * 3);
+        let mut out = Vec::with_capacity(input.len() + input.len() / 4 + 8);
         let mut prepended = false;
         let mut non_ws = false;
         let mut off = 0;
@@ -182,6 +199,13 @@ impl Ugm {
     }
 
     /// Tokenizes one raw-text fragment, appending ids.
+    ///
+    /// Viterbi over the normalized text, as llama.cpp. Where no token match reaches
+    /// past a position, every path goes through it and nothing before it can change:
+    /// the best path up to there is emitted and its table entries dropped, so the
+    /// table stays a window (about [`WINDOW`] entries) however long the text — with the
+    /// same additions in the same order, so the same scores. (Only with finite scores,
+    /// where every position is reached; otherwise one window, as llama.cpp.)
     pub(crate) fn tokenize(&self, vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result<(), Error> {
         let norm = self.normalize(vocab, text)?;
         let n = norm.len();
@@ -189,18 +213,21 @@ impl Ugm {
             return Ok(());
         }
         let unk = vocab.special.unk.unwrap_or(u32::MAX);
-        #[derive(Clone, Copy)]
-        struct Best {
-            id: u32,
-            off: usize,
-            score: f64,
-        }
-        let mut best = vec![Best { id: unk, off: 0, score: -f64::MAX }; n + 1];
-        best[0] = Best { id: unk, off: 0, score: 0.0 };
+        let unreached = Best { id: unk, len: 0, score: -f64::MAX };
+        // best[p - base] for positions from `base`
+        let mut best: Vec<Best> = vec![Best { id: unk, len: 0, score: 0.0 }];
+        let mut base = 0;
+        let frag_start = out.len();
+        let mut reach = 0;
         let mut off = 0;
         while off < n {
+            if self.finite && reach <= off && off - base >= WINDOW {
+                self.backtrack(&best, base, off, unk, frag_start, out);
+                best.drain(..off - base);
+                base = off;
+            }
             let nunits = unicode::len_utf8(norm[off]).min(n - off);
-            let cur = best[off];
+            let cur = best[off - base];
             let mut single = false;
             let mut node = self.tokens.child(norm[off]);
             let mut p = off + 1;
@@ -212,8 +239,12 @@ impl Ugm {
                     let t = &vocab.tokens[id as usize];
                     let s = if t.attr & ATTR_USER_DEFINED != 0 { 0.0 } else { t.score as f64 };
                     let ch = cur.score + s;
-                    if ch > best[p].score {
-                        best[p] = Best { id, off, score: ch };
+                    if best.len() <= p - base {
+                        best.resize(p - base + 1, unreached);
+                    }
+                    reach = reach.max(p);
+                    if ch > best[p - base].score {
+                        best[p - base] = Best { id, len: (p - off) as u32, score: ch };
                     }
                 }
                 if p >= n {
@@ -225,27 +256,44 @@ impl Ugm {
             if !single {
                 let ch = cur.score + self.unknown_score as f64;
                 let p = off + nunits;
-                if ch > best[p].score {
-                    best[p] = Best { id: unk, off, score: ch };
+                if best.len() <= p - base {
+                    best.resize(p - base + 1, unreached);
+                }
+                reach = reach.max(p);
+                if ch > best[p - base].score {
+                    best[p - base] = Best { id: unk, len: nunits as u32, score: ch };
                 }
             }
             off += nunits;
         }
+        self.backtrack(&best, base, n, unk, frag_start, out);
+        Ok(())
+    }
+
+    /// Appends the best path from `base` to `end` (llama.cpp's backtrack: consecutive
+    /// unknowns become one, also across windows of the same fragment).
+    fn backtrack(&self, best: &[Best], base: usize, end: usize, unk: u32, frag_start: usize, out: &mut Vec<u32>) {
         let start = out.len();
         let mut prev_unk = false;
-        let mut t = best[n];
+        let mut p = end;
+        let mut t = best[end - base];
         loop {
             let is_unk = t.id == unk;
             if !(prev_unk && is_unk) {
                 out.push(t.id);
             }
-            if t.off == 0 {
+            // the token's start (`off` in llama.cpp; 0 for a position never reached,
+            // which a vocabulary with -inf or NaN scores leaves)
+            p = if t.len == 0 { 0 } else { p - t.len as usize };
+            if p <= base {
                 break;
             }
             prev_unk = is_unk;
-            t = best[t.off];
+            t = best[p - base];
         }
         out[start..].reverse();
-        Ok(())
+        if start > frag_start && out[start - 1] == unk && out[start] == unk {
+            out.remove(start);
+        }
     }
 }

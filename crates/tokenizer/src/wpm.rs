@@ -9,54 +9,61 @@ fn is_chinese_char(c: u32) -> bool {
         | 0x2B920..=0x2CEAF | 0x0F900..=0x0FAFF | 0x2F800..=0x2FA1F)
 }
 
-fn preprocess(text: &[u8], lowercase: bool, strip_accents: bool) -> Vec<Vec<u8>> {
-    let mut cpts = unicode::cpts_from_utf8(text);
-    if strip_accents {
-        for c in &mut cpts {
-            *c = unicode::nfd(*c);
+/// llama.cpp's `preprocess`: normalizes and splits the text into words, handing each
+/// non-empty word to `f` as it completes (in a reused buffer).
+fn preprocess(text: &[u8], lowercase: bool, strip_accents: bool, f: &mut dyn FnMut(&[u8])) {
+    let mut word: Vec<u8> = Vec::new();
+    let mut s = Vec::with_capacity(4);
+    let mut off = 0;
+    while off < text.len() {
+        // `unicode_cpts_from_utf8`, one codepoint at a time
+        let mut c = unicode::cpt_from_utf8(text, &mut off).unwrap_or_else(|| {
+            off += 1;
+            0xFFFD
+        });
+        if strip_accents {
+            c = unicode::nfd(c);
         }
-    }
-    let mut words: Vec<Vec<u8>> = vec![Vec::new()];
-    for &c in &cpts {
-        let f = unicode::flags(c);
-        if f.is_whitespace() {
-            if !words.last().is_some_and(|w| w.is_empty()) {
-                words.push(Vec::new());
+        let fl = unicode::flags(c);
+        if fl.is_whitespace() {
+            if !word.is_empty() {
+                f(&word);
+                word.clear();
             }
             continue;
         }
-        if c == 0 || c == 0xFFFD || f.is_control() {
+        if c == 0 || c == 0xFFFD || fl.is_control() {
             continue;
         }
-        if strip_accents && f.is_accent_mark() {
+        if strip_accents && fl.is_accent_mark() {
             continue;
         }
-        let mut s = Vec::new();
+        s.clear();
         unicode::push_utf8(&mut s, if lowercase { unicode::to_lower(c) } else { c });
-        if f.is_punctuation() || (c < 0x7F && f.is_symbol()) || is_chinese_char(c) {
-            if !words.last().is_some_and(|w| w.is_empty()) {
-                words.push(Vec::new());
+        if fl.is_punctuation() || (c < 0x7F && fl.is_symbol()) || is_chinese_char(c) {
+            if !word.is_empty() {
+                f(&word);
+                word.clear();
             }
-            *words.last_mut().expect("non-empty") = s;
-            words.push(Vec::new());
-        } else if let Some(w) = words.last_mut() {
-            w.extend_from_slice(&s);
+            if !s.is_empty() {
+                f(&s);
+            }
+        } else {
+            word.extend_from_slice(&s);
         }
     }
-    if words.last().is_some_and(|w| w.is_empty()) {
-        words.pop();
+    if !word.is_empty() {
+        f(&word);
     }
-    words
 }
 
 /// Tokenizes one raw-text fragment, appending ids.
 pub(crate) fn tokenize(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
-    for word in preprocess(text, vocab.lowercase, vocab.strip_accents) {
-        if word.is_empty() {
-            continue;
-        }
-        let mut w1 = "\u{2581}".as_bytes().to_vec();
-        w1.extend_from_slice(&word);
+    let mut w1: Vec<u8> = Vec::new();
+    preprocess(text, vocab.lowercase, vocab.strip_accents, &mut |word| {
+        w1.clear();
+        w1.extend_from_slice("\u{2581}".as_bytes());
+        w1.extend_from_slice(word);
         let n = w1.len();
         let current = out.len();
         let mut i = 0;
@@ -83,5 +90,5 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) {
                 out.push(unk);
             }
         }
-    }
+    });
 }
