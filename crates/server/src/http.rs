@@ -565,9 +565,28 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 async fn tokenize(State(app): State<Arc<App>>, body: HttpBody) -> Response {
     let res = async {
-        let r = app.ready()?;
+        app.ready()?;
         let m = read_body(&app, body).await?;
-        let b = Body(&m);
+        blocking(&app, move |r| tokenize_body(r, &m)).await
+    };
+    res.await.into_response()
+}
+
+/// Runs `f` on the blocking pool: tokenizing a large text, rendering a chat template (up
+/// to its time limit) or compiling a grammar must not hold an HTTP worker.
+async fn blocking<T: Send + 'static>(
+    app: &Arc<App>,
+    f: impl FnOnce(&Ready) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || f(app.ready()?))
+        .await
+        .map_err(|e| Error::Invalid(format!("the request's preparation failed: {e}")))?
+}
+
+fn tokenize_body(r: &Ready, m: &Map<String, Value>) -> Result<Json<Value>, Error> {
+    {
+        let b = Body(m);
         let content = b.str("content")?.unwrap_or_default();
         let add_special = b.bool("add_special")?.unwrap_or(false);
         let parse_special = b.bool("parse_special")?.unwrap_or(true);
@@ -587,8 +606,7 @@ async fn tokenize(State(app): State<Arc<App>>, body: HttpBody) -> Response {
             ids.iter().map(|&id| json!(id)).collect()
         };
         Ok::<_, Error>(Json(json!({ "tokens": tokens })))
-    };
-    res.await.into_response()
+    }
 }
 
 fn token_list(v: &Value, n_vocab: usize, key: &str) -> Result<Vec<u32>, Error> {
@@ -696,9 +714,9 @@ fn render_chat(r: &Ready, m: &Map<String, Value>) -> Result<String, Error> {
 
 async fn apply_template(State(app): State<Arc<App>>, body: HttpBody) -> Response {
     let res = async {
-        let r = app.ready()?;
+        app.ready()?;
         let m = read_body(&app, body).await?;
-        Ok::<_, Error>(Json(json!({"prompt": render_chat(r, &m)?})))
+        blocking(&app, move |r| Ok(Json(json!({"prompt": render_chat(r, &m)?})))).await
     };
     res.await.into_response()
 }
@@ -1024,8 +1042,9 @@ async fn generate(app: Arc<App>, kind: Kind, body: HttpBody) -> Response {
 async fn start(app: &Arc<App>, kind: Kind, body: HttpBody) -> Result<(Meta, mpsc::UnboundedReceiver<Event>), Error> {
     let r = app.ready()?;
     let m = read_body(app, body).await?;
-    let Parsed { params, stream, include_usage, logprobs } = parse_params(app, r, kind, &m)?;
-    let (prompt, prompt_text) = prompt_of(r, kind, &m)?;
+    let app2 = app.clone();
+    let (Parsed { params, stream, include_usage, logprobs }, (prompt, prompt_text), m) =
+        blocking(app, move |r| Ok((parse_params(&app2, r, kind, &m)?, prompt_of(r, kind, &m)?, m))).await?;
     if prompt.is_empty() {
         return Err(Error::Invalid("the prompt is empty (it has no tokens)".into()));
     }
