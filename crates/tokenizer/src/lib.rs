@@ -253,11 +253,11 @@ impl Vocab {
     }
 
     /// The piece of a token as llama.cpp caches it (`special = true`).
-    fn piece_uncached(&self, id: u32) -> Vec<u8> {
+    fn piece_uncached(&self, id: u32) -> Result<Vec<u8>> {
         let t = &self.tokens[id as usize];
         let attr = t.attr;
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0 {
-            return t.text.clone();
+            return Ok(t.text.clone());
         }
         let unescape = |s: &[u8]| -> Vec<u8> {
             let mut out = Vec::with_capacity(s.len());
@@ -277,17 +277,61 @@ impl Vocab {
             ModelKind::Spm | ModelKind::Wpm | ModelKind::Ugm | ModelKind::Bpe => {
                 if attr & ATTR_NORMAL != 0 {
                     if self.kind != ModelKind::Bpe || self.escape_whitespaces {
-                        return unescape(&t.text);
+                        return Ok(unescape(&t.text));
                     }
-                    return decode_gpt2_text(&t.text);
+                    // each codepoint outside the byte table repeats the whole text: a
+                    // long token of them would take quadratic memory
+                    let len = decoded_gpt2_len(&t.text);
+                    if len > MAX_PIECE.max(4 * t.text.len()) {
+                        return Err(Error::BadMetadata {
+                            key: "tokenizer.ggml.tokens".into(),
+                            message: format!(
+                                "token {id} ({} bytes) would decode to a {len}-byte piece (each codepoint outside \
+                                 the GPT-2 byte table repeats the whole text)",
+                                t.text.len()
+                            ),
+                        });
+                    }
+                    let piece = decode_gpt2_text(&t.text);
+                    debug_assert_eq!(piece.len(), len);
+                    return Ok(piece);
                 }
                 if attr & ATTR_BYTE != 0 {
-                    return vec![self.token_to_byte(id)];
+                    return Ok(vec![self.token_to_byte(id)]);
                 }
-                Vec::new()
+                Ok(Vec::new())
             }
         }
     }
+}
+
+/// Longest piece (beyond 4 bytes per text byte) a token may decode to.
+const MAX_PIECE: usize = 1 << 20;
+
+/// The length of [`decode_gpt2_text`]'s result, without building it.
+fn decoded_gpt2_len(text: &[u8]) -> usize {
+    let mut len = 0usize;
+    let mut off = 0;
+    while off < text.len() {
+        let c = unicode::cpt_from_utf8(text, &mut off).unwrap_or_else(|| {
+            off += 1;
+            0xFFFD
+        });
+        len = len.saturating_add(match unicode::cpt_to_byte(c) {
+            Some(_) => 1,
+            None => {
+                let n = match c {
+                    0..=0x7F => 1,
+                    0x80..=0x7FF => 2,
+                    0x800..=0xFFFF => 3,
+                    0x10000..=0x10FFFF => 4,
+                    _ => 0,
+                };
+                "[UNK_BYTE_0x".len() + 2 * n + text.len() + 1
+            }
+        });
+    }
+    len
 }
 
 /// llama.cpp's `llama_decode_text`: GPT-2 byte-level text back to bytes; a codepoint
@@ -475,10 +519,10 @@ impl Tokenizer {
                         })
                     }
                 };
-                if v.len() < n {
+                if v.len() != n {
                     return Err(Error::BadMetadata {
                         key: "tokenizer.ggml.scores".into(),
-                        message: format!("{} scores for {n} tokens", v.len()),
+                        message: format!("{} scores for {n} tokens (tokenizer.ggml.tokens)", v.len()),
                     });
                 }
                 Some(v)
@@ -487,10 +531,16 @@ impl Tokenizer {
         let types: Option<&[i32]> = match md.get_array("tokenizer.ggml.token_type") {
             None => None,
             Some(Array::I32(v)) => {
-                if v.len() < n {
+                if v.len() != n {
                     return Err(Error::BadMetadata {
                         key: "tokenizer.ggml.token_type".into(),
-                        message: format!("{} types for {n} tokens", v.len()),
+                        message: format!("{} types for {n} tokens (tokenizer.ggml.tokens)", v.len()),
+                    });
+                }
+                if let Some(i) = v.iter().position(|t| !(0..=6).contains(t)) {
+                    return Err(Error::BadMetadata {
+                        key: "tokenizer.ggml.token_type".into(),
+                        message: format!("type {} of token {i} is not a llama_token_type (0..=6)", v[i]),
                     });
                 }
                 Some(v)
@@ -523,7 +573,7 @@ impl Tokenizer {
                 Some(3) => ATTR_CONTROL,
                 Some(4) => ATTR_USER_DEFINED,
                 Some(6) => ATTR_BYTE,
-                Some(_) => 0,
+                Some(_) => 0, // 0: undefined (others are rejected above)
             };
             tokens.push(TokenData { text, score: scores.as_ref().map_or(0.0, |s| s[i]), attr });
         }
@@ -628,7 +678,7 @@ impl Tokenizer {
         vocab.special_ac = special_automaton(cache.iter().map(|&id| &vocab.tokens[id as usize].text[..]));
         vocab.cache_special = cache;
         vocab.byte_tokens = (0..=255u8).map(|b| vocab.byte_to_token_slow(b).ok()).collect();
-        vocab.pieces = (0..n as u32).map(|id| vocab.piece_uncached(id)).collect();
+        vocab.pieces = (0..n as u32).map(|id| vocab.piece_uncached(id)).collect::<Result<_>>()?;
 
         // per-token attributes by model name
         {
@@ -678,7 +728,10 @@ impl Tokenizer {
                     }
                 };
                 if vocab.special.unk.is_none() {
-                    return Err(Error::MissingSpecial("unknown"));
+                    return Err(Error::BadMetadata {
+                        key: "tokenizer.ggml.unknown_token_id".into(),
+                        message: "a t5 (unigram) vocabulary needs an unknown token in range".into(),
+                    });
                 }
                 Model::Ugm(Box::new(ugm::Ugm::new(&vocab, cm.as_deref())?))
             }
