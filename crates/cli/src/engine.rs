@@ -240,6 +240,11 @@ pub(crate) fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Resu
         n_ubatch: args.ubatch,
         pool: None,
     };
+    let train = l.model.n_ctx_train();
+    if args.ctx_size.is_some() && n_ctx > train && train > 0 {
+        // llama.cpp: "n_ctx_seq (N) > n_ctx_train (M) -- possible training context overflow"
+        eprintln!("warning: -c {n_ctx} is more than the {train} positions the model was trained for; quality may drop past them");
+    }
     Ok(l.model.new_state(&opts)?)
 }
 

@@ -31,8 +31,10 @@ impl CacheType {
 const Q8_BLOCK: usize = 32;
 const Q8_BYTES: usize = 34;
 
-/// `n` copies of `zero`, or an error if the allocator refuses (never an abort).
-fn zeroed<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
+/// An empty vector with room for `n` elements, or an error if the allocator refuses
+/// (never an abort). The room is address space only: rows are zero-filled as they are
+/// first written, so resident memory follows the positions actually used.
+fn reserved<T>(n: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| {
         Error::Invalid(format!(
@@ -40,8 +42,16 @@ fn zeroed<T: Clone>(n: usize, zero: T) -> Result<Vec<T>> {
             human(n as u64 * std::mem::size_of::<T>() as u64)
         ))
     })?;
-    v.resize(n, zero);
     Ok(v)
+}
+
+/// Grows `v` (within its reserved room) to at least `end` elements.
+#[inline]
+fn grow<T: Clone>(v: &mut Vec<T>, end: usize, zero: T) {
+    if v.len() < end {
+        debug_assert!(end <= v.capacity(), "KV cache row past its reserved room");
+        v.resize(end, zero);
+    }
 }
 
 fn human(b: u64) -> String {
@@ -88,6 +98,9 @@ pub enum CacheRows {
 #[derive(Debug)]
 pub struct CacheMatrix {
     width: usize,
+    /// Positions the matrix has room for.
+    cap_rows: usize,
+    /// Rows `0..len/row` have been written (or zero-filled below a written one).
     rows: CacheRows,
 }
 
@@ -96,18 +109,18 @@ impl CacheMatrix {
     pub fn new(ty: CacheType, n_ctx: usize, width: usize) -> Result<CacheMatrix> {
         let n = n_ctx.checked_mul(width).ok_or_else(|| Error::Invalid("KV cache size overflows".into()))?;
         let rows = match ty {
-            CacheType::F16 => CacheRows::F16(zeroed(n, f16::ZERO)?),
-            CacheType::F32 => CacheRows::F32(zeroed(n, 0.0)?),
+            CacheType::F16 => CacheRows::F16(reserved(n)?),
+            CacheType::F32 => CacheRows::F32(reserved(n)?),
             CacheType::Q8_0 => {
                 if !width.is_multiple_of(Q8_BLOCK) {
                     return Err(Error::Unsupported(format!(
                         "q8_0 cache needs a row width that is a multiple of 32 (this model: {width})"
                     )));
                 }
-                CacheRows::Q8_0(zeroed(n / Q8_BLOCK * Q8_BYTES, 0)?)
+                CacheRows::Q8_0(reserved(n / Q8_BLOCK * Q8_BYTES)?)
             }
         };
-        Ok(CacheMatrix { width, rows })
+        Ok(CacheMatrix { width, cap_rows: n_ctx, rows })
     }
 
     /// Rows (positions) held.
@@ -115,11 +128,7 @@ impl CacheMatrix {
         if self.width == 0 {
             return 0;
         }
-        match &self.rows {
-            CacheRows::F16(v) => v.len() / self.width,
-            CacheRows::F32(v) => v.len() / self.width,
-            CacheRows::Q8_0(v) => v.len() / (self.width / Q8_BLOCK * Q8_BYTES).max(1),
-        }
+        self.cap_rows
     }
 
     /// The element type.
@@ -131,8 +140,13 @@ impl CacheMatrix {
         }
     }
 
-    /// Bytes held.
+    /// Bytes reserved (all `n_ctx` positions).
     pub fn bytes(&self) -> usize {
+        row_bytes(self.cache_type(), self.width) as usize * self.cap_rows
+    }
+
+    /// Bytes of the rows written so far (what is resident).
+    pub fn bytes_used(&self) -> usize {
         match &self.rows {
             CacheRows::F16(v) => v.len() * 2,
             CacheRows::F32(v) => v.len() * 4,
@@ -144,9 +158,10 @@ impl CacheMatrix {
     #[inline]
     pub fn f16_slice(&self, pos: usize, off: usize, len: usize) -> Option<&[f16]> {
         match &self.rows {
+            // a row never written (padding of a tile) reads as absent
             CacheRows::F16(v) => {
                 let base = pos * self.width + off;
-                Some(&v[base..base + len])
+                v.get(base..base + len)
             }
             _ => None,
         }
@@ -157,13 +172,18 @@ impl CacheMatrix {
         let w = self.width;
         match &mut self.rows {
             CacheRows::F16(v) => {
+                grow(v, (pos + 1) * w, f16::ZERO);
                 for (d, s) in v[pos * w..(pos + 1) * w].iter_mut().zip(x) {
                     *d = f16::from_f32(*s);
                 }
             }
-            CacheRows::F32(v) => v[pos * w..(pos + 1) * w].copy_from_slice(x),
+            CacheRows::F32(v) => {
+                grow(v, (pos + 1) * w, 0.0);
+                v[pos * w..(pos + 1) * w].copy_from_slice(x)
+            }
             CacheRows::Q8_0(v) => {
                 let rb = w / Q8_BLOCK * Q8_BYTES;
+                grow(v, (pos + 1) * rb, 0);
                 let dst = &mut v[pos * rb..(pos + 1) * rb];
                 let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is a built-in type");
                 q8.quantize_ref(x, dst).expect("row width is a multiple of 32");
@@ -254,11 +274,13 @@ impl KvCache {
             .ok_or_else(|| Error::Invalid(format!("the KV cache for a context of {n_ctx} overflows")))?;
         if let Some(avail) = available_memory() {
             if need > avail {
+                let per_pos = Self::bytes_for(widths, 1, tk, tv).unwrap_or(1).max(1);
                 return Err(Error::Invalid(format!(
                     "the KV cache for a context of {n_ctx} needs {}, more than the {} available; \
-                     use a smaller -c (or -ctk/-ctv q8_0)",
+                     the largest -c that fits is {} (or use -ctk/-ctv q8_0)",
                     human(need),
-                    human(avail)
+                    human(avail),
+                    avail / per_pos
                 )));
             }
         }
@@ -279,7 +301,12 @@ impl KvCache {
         })
     }
 
-    /// Bytes held.
+    /// Bytes of the rows written so far (resident), over all layers.
+    pub fn bytes_used(&self) -> usize {
+        self.k.iter().chain(&self.v).map(CacheMatrix::bytes_used).sum()
+    }
+
+    /// Bytes reserved for all `n_ctx` positions.
     pub fn bytes(&self) -> usize {
         self.k.iter().chain(&self.v).map(CacheMatrix::bytes).sum()
     }
@@ -297,6 +324,18 @@ mod tests {
         let e = KvCache::new(&w, usize::MAX / 2, CacheType::F16, CacheType::F16).unwrap_err().to_string();
         assert!(e.contains("overflows"), "{e}");
         assert_eq!(KvCache::bytes_for(&[(64, 32)], 10, CacheType::F16, CacheType::Q8_0), Some(10 * (128 + 34)));
+    }
+
+    #[test]
+    fn rows_are_resident_only_once_written() {
+        let mut c = KvCache::new(&[(64, 64); 2], 1000, CacheType::F16, CacheType::Q8_0).unwrap();
+        assert_eq!(c.bytes(), 2 * 1000 * (128 + 68));
+        assert_eq!(c.bytes_used(), 0);
+        c.k[0].write(9, &[1.0; 64]);
+        assert_eq!(c.k[0].bytes_used(), 10 * 128, "rows below a written one are zero-filled");
+        assert_eq!(c.k[0].f16_slice(3, 0, 4), Some(&[f16::ZERO; 4][..]));
+        assert_eq!(c.k[0].f16_slice(10, 0, 4), None, "a row never written reads as absent");
+        assert_eq!(c.k[0].f16_slice(9, 60, 4), Some(&[f16::ONE; 4][..]));
     }
 
     #[test]

@@ -335,4 +335,12 @@ fn hostile_flag_values_are_refused_or_mean_what_llama_cpp_means() {
     let args = ["run", "-m", s(&m), "-p", "hi", "-n", "2", "--seed", "-1", "--repeat-last-n", "-1", "--top-k", "-1"];
     let p = probe("run: --seed -1 --repeat-last-n -1 --top-k -1", &args, "");
     ok("", &p);
+    // a context past the training context: a warning, as llama.cpp gives
+    let p = probe(
+        "run: -c 1024 on a model trained for 256",
+        &["run", "-m", s(&m), "-p", "hi", "-n", "1", "-c", "1024"],
+        "",
+    );
+    ok("", &p);
+    assert!(other_build() || p.stderr.contains("the 256 positions the model was trained for"), "{}", p.stderr);
 }
