@@ -195,3 +195,28 @@ fn tokenize_piece(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result<(), 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tokenizer;
+
+    #[test]
+    fn cutting_long_texts_changes_nothing() {
+        let t = Tokenizer::from_gguf(&crate::tests::spm_md()).unwrap();
+        let v = &t.vocab;
+        assert!(v.spm_pairs().is_some_and(|p| !p.is_empty()));
+        let mut text = Vec::new();
+        let words = ["hello", "world", "hell", "oh", "\u{2581}", "wow", "l", "éé", "\u{ff}"];
+        let mut x = 12345u32;
+        while text.len() < 3 * PIECE + 77 {
+            x = x.wrapping_mul(1103515245).wrapping_add(12345);
+            text.extend_from_slice(words[(x >> 16) as usize % words.len()].as_bytes());
+            text.extend_from_slice("\u{2581}".as_bytes());
+        }
+        let (mut whole, mut cut) = (Vec::new(), Vec::new());
+        tokenize_piece(v, &text, &mut whole).unwrap();
+        tokenize(v, &text, &mut cut).unwrap();
+        assert_eq!(whole, cut);
+    }
+}

@@ -297,3 +297,34 @@ impl Ugm {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tokenizer;
+    use gguf_format::Value;
+
+    #[test]
+    fn windows_change_nothing() {
+        let mut md = crate::tests::spm_md();
+        md.set("tokenizer.ggml.model", Value::from("t5"));
+        md.set("tokenizer.ggml.unknown_token_id", Value::U32(0));
+        let t = Tokenizer::from_gguf(&md).unwrap();
+        let v = &t.vocab;
+        let windowed = Ugm::new(v, None).unwrap();
+        assert!(windowed.finite);
+        let mut whole = Ugm::new(v, None).unwrap();
+        whole.finite = false;
+        let words = ["hello", "world", "hell", "oh", " ", "wow", "l", "éé", "漢字", "\u{ff}"];
+        let mut text = String::new();
+        let mut x = 777u32;
+        while text.len() < 3 * WINDOW + 77 {
+            x = x.wrapping_mul(1103515245).wrapping_add(12345);
+            text.push_str(words[(x >> 16) as usize % words.len()]);
+        }
+        let (mut a, mut b) = (vec![7], vec![7]);
+        windowed.tokenize(v, text.as_bytes(), &mut a).unwrap();
+        whole.tokenize(v, text.as_bytes(), &mut b).unwrap();
+        assert_eq!(a, b);
+    }
+}
