@@ -6,14 +6,45 @@
 //! true, `tools` when given, `enable_thinking`), and llama.cpp's removal of a leading
 //! BOS / trailing EOS text that the tokenizer adds anyway.
 //!
-//! The template is sandboxed: minijinja has no file system or network access, and a
-//! fuel limit bounds the work a template may do.
+//! The template is a program from a stranger, so it is sandboxed: minijinja has no file
+//! system or network access, and rendering runs under hard limits ([`TemplateLimits`],
+//! overridable per template with [`ChatTemplate::with_limits`] or per call with
+//! [`ChatTemplate::render_with_limits`]):
+//!
+//! | limit | default | bounds |
+//! |---|---|---|
+//! | `max_output` | 16 MiB | the rendering |
+//! | `max_value` | 16 MiB | any one string, list or map a template makes, checked before it is built |
+//! | `max_total` | 256 MiB | all values and output made, cumulatively (so the memory a template can hold) |
+//! | `max_source` | 1 MiB | the template source, checked before parsing |
+//! | `max_expression` | 2,000 | operators, filters, lookups and brackets in one tag, checked before parsing |
+//! | `max_containers` | 100,000 | lists and maps built at run time (so how deep a value can nest) |
+//! | `timeout` | 10 s | wall time of compiling and rendering |
+//! | `fuel` | 50,000,000 | minijinja VM instructions |
+//!
+//! minijinja's fuel counts instructions, not the work one does, so the compiled template
+//! is rewritten (see `chat/limits.rs`): `~`, `+`, `*` and slicing size their result
+//! before building it, raw text and `{{ }}` output are counted, loops, comparisons and
+//! calls check the deadline, and every builtin filter and Python method is wrapped with
+//! checks on its arguments (`indent`, `format`, `str.format`, `batch`, `slice`,
+//! `replace`, `join`, `tojson`, ...). Rendering runs on its own thread with a 256 MiB
+//! stack, so that minijinja's recursive parser, code generator and VM cannot overflow
+//! it within these limits. An over-limit template is an error naming the limit, e.g.
+//! `chat template: ... a value exceeds 16 MiB (TemplateLimits::max_value)`.
+
+mod limits;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
 
 use minijinja::value::{Value as JValue, ValueKind};
 use minijinja::{Environment, ErrorKind};
 use serde_json::{Map, Value as Json};
 
 use crate::{Error, Result, Tokenizer};
+
+pub use limits::TemplateLimits;
+use limits::{Budget, Capped};
 
 /// One chat message.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,92 +125,113 @@ pub struct ChatTemplate {
     eos_token: String,
     strip_bos: bool,
     strip_eos: bool,
+    limits: TemplateLimits,
 }
 
+/// The deepest value `tojson` writes.
+const MAX_JSON_DEPTH: usize = 1000;
+
 /// Python's `json.dumps` shape (`", "` and `": "`, no ASCII escaping), as llama.cpp's
-/// `tojson` writes it.
-fn to_json_text(
-    v: &JValue,
-    indent: Option<usize>,
-    level: usize,
-    out: &mut String,
-) -> std::result::Result<(), minijinja::Error> {
-    let nl = |out: &mut String, level: usize| {
+/// `tojson` writes it, into a string capped at [`TemplateLimits::max_value`].
+fn to_json_text(v: &JValue, indent: Option<usize>, level: usize, out: &mut Capped) -> std::fmt::Result {
+    if level > MAX_JSON_DEPTH {
+        return Err(std::fmt::Error);
+    }
+    let nl = |out: &mut Capped, level: usize| -> std::fmt::Result {
         if let Some(n) = indent {
-            out.push('\n');
-            out.push_str(&" ".repeat(n * level));
+            let pad = n.checked_mul(level).ok_or(std::fmt::Error)?;
+            out.reserve(pad.saturating_add(1))?;
+            out.s.push('\n');
+            out.s.extend(std::iter::repeat_n(' ', pad));
         }
+        Ok(())
     };
     let item_sep = if indent.is_some() { "," } else { ", " };
     match v.kind() {
-        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
-        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
-        ValueKind::Number => out.push_str(&v.to_string()),
+        ValueKind::Undefined | ValueKind::None => out.write_str("null")?,
+        ValueKind::Bool => out.write_str(if v.is_true() { "true" } else { "false" })?,
+        ValueKind::Number => write!(out, "{v}")?,
         ValueKind::String | ValueKind::Bytes => {
-            let s = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
-            out.push('"');
+            let owned;
+            let s = match v.as_str() {
+                Some(s) => s,
+                None => {
+                    owned = v.to_string();
+                    &owned
+                }
+            };
+            out.reserve(s.len().saturating_add(2))?;
+            out.s.push('"');
             for c in s.chars() {
                 match c {
-                    '"' => out.push_str("\\\""),
-                    '\\' => out.push_str("\\\\"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    '\t' => out.push_str("\\t"),
-                    '\u{8}' => out.push_str("\\b"),
-                    '\u{c}' => out.push_str("\\f"),
-                    c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-                    c => out.push(c),
+                    '"' => out.write_str("\\\"")?,
+                    '\\' => out.write_str("\\\\")?,
+                    '\n' => out.write_str("\\n")?,
+                    '\r' => out.write_str("\\r")?,
+                    '\t' => out.write_str("\\t")?,
+                    '\u{8}' => out.write_str("\\b")?,
+                    '\u{c}' => out.write_str("\\f")?,
+                    c if (c as u32) < 0x20 => write!(out, "\\u{:04x}", c as u32)?,
+                    c => out.write_char(c)?,
                 }
             }
-            out.push('"');
+            out.write_char('"')?;
         }
         ValueKind::Seq | ValueKind::Iterable => {
-            out.push('[');
+            out.write_char('[')?;
             let mut first = true;
-            for item in v.try_iter()? {
+            for item in v.try_iter().map_err(|_| std::fmt::Error)? {
                 if !first {
-                    out.push_str(item_sep);
+                    out.write_str(item_sep)?;
                 }
                 first = false;
-                nl(out, level + 1);
+                nl(out, level + 1)?;
                 to_json_text(&item, indent, level + 1, out)?;
             }
             if !first {
-                nl(out, level);
+                nl(out, level)?;
             }
-            out.push(']');
+            out.write_char(']')?;
         }
         ValueKind::Map => {
-            out.push('{');
+            out.write_char('{')?;
             let mut first = true;
-            for key in v.try_iter()? {
-                let val = v.get_item(&key)?;
+            for key in v.try_iter().map_err(|_| std::fmt::Error)? {
+                let val = v.get_item(&key).map_err(|_| std::fmt::Error)?;
                 if !first {
-                    out.push_str(item_sep);
+                    out.write_str(item_sep)?;
                 }
                 first = false;
-                nl(out, level + 1);
+                nl(out, level + 1)?;
                 to_json_text(&JValue::from(key.to_string()), None, 0, out)?;
-                out.push_str(": ");
+                out.write_str(": ")?;
                 to_json_text(&val, indent, level + 1, out)?;
             }
             if !first {
-                nl(out, level);
+                nl(out, level)?;
             }
-            out.push('}');
+            out.write_char('}')?;
         }
         _ => to_json_text(&JValue::from(v.to_string()), None, 0, out)?,
     }
     Ok(())
 }
 
-fn tojson(v: JValue, kwargs: minijinja::value::Kwargs) -> std::result::Result<JValue, minijinja::Error> {
+fn tojson(
+    budget: &Budget,
+    v: JValue,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<JValue, minijinja::Error> {
+    budget.tick()?;
     let indent: Option<usize> = kwargs.get("indent")?;
     let _: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
-    let mut s = String::new();
-    to_json_text(&v, indent, 0, &mut s)?;
-    Ok(JValue::from_safe_string(s))
+    let mut s = Capped::new(budget.limits.max_value);
+    if to_json_text(&v, indent, 0, &mut s).is_err() {
+        return Err(budget.value_err());
+    }
+    budget.charge(s.s.len())?;
+    Ok(JValue::from_safe_string(s.s))
 }
 
 /// `strftime_now(fmt)`: the current UTC time, for the common `%` codes.
@@ -265,22 +317,26 @@ fn doy_of(y: i64, m: i64, d: i64) -> i64 {
     cum[(m - 1) as usize] + d + if leap && m > 2 { 1 } else { 0 }
 }
 
-fn env() -> Environment<'static> {
+fn env(budget: &Arc<Budget>) -> Environment<'static> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
-    env.set_fuel(Some(50_000_000));
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_fuel(Some(budget.limits.fuel));
     env.add_function("raise_exception", |msg: String| -> std::result::Result<JValue, minijinja::Error> {
         Err(minijinja::Error::new(ErrorKind::InvalidOperation, format!("raise_exception: {msg}")))
     });
     env.add_function("strftime_now", strftime_now);
-    env.add_filter("tojson", tojson);
+    limits::install(&mut env, budget);
+    let b = budget.clone();
+    env.add_filter("tojson", move |v: JValue, kwargs: minijinja::value::Kwargs| tojson(&b, v, kwargs));
     env
 }
 
 fn template_err(e: minijinja::Error) -> Error {
     let mut s = e.to_string();
+    if e.kind() == ErrorKind::OutOfFuel {
+        s.push_str(" (TemplateLimits::fuel)");
+    }
     let mut src = std::error::Error::source(&e);
     while let Some(inner) = src {
         s.push_str(&format!(": {inner}"));
@@ -293,15 +349,37 @@ impl ChatTemplate {
     /// A template from Jinja source, with the BOS/EOS token texts it may use. Parse
     /// errors are reported here.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
-        let env = env();
-        env.template_from_str(source).map_err(template_err)?;
+        ChatTemplate::new_with_limits(source, bos_token, eos_token, TemplateLimits::default())
+    }
+
+    /// [`ChatTemplate::new`] with the limits to render (and to check the source) under.
+    pub fn new_with_limits(
+        source: &str,
+        bos_token: &str,
+        eos_token: &str,
+        limits: TemplateLimits,
+    ) -> Result<ChatTemplate> {
+        let budget = Budget::new(&limits);
+        limited(&budget, || limits::compile(source, &budget).map(|_| ()))?;
         Ok(ChatTemplate {
             source: source.to_string(),
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
             strip_bos: false,
             strip_eos: false,
+            limits,
         })
+    }
+
+    /// This template with other limits for [`render`](Self::render).
+    pub fn with_limits(mut self, limits: TemplateLimits) -> ChatTemplate {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits [`render`](Self::render) uses.
+    pub fn limits(&self) -> &TemplateLimits {
+        &self.limits
     }
 
     /// A named built-in template (see [`BUILTIN`]).
@@ -343,8 +421,20 @@ impl ChatTemplate {
         &self.source
     }
 
-    /// Renders a conversation. `tools` is a JSON array of tool definitions.
+    /// Renders a conversation. `tools` is a JSON array of tool definitions. Rendering
+    /// runs under the template's [`limits`](Self::limits).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool, tools: Option<&Json>) -> Result<String> {
+        self.render_with_limits(messages, add_generation_prompt, tools, &self.limits)
+    }
+
+    /// [`render`](Self::render) under the given limits.
+    pub fn render_with_limits(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        tools: Option<&Json>,
+        limits: &TemplateLimits,
+    ) -> Result<String> {
         let msgs: Vec<Json> = messages.iter().map(Message::to_json).collect();
         let mut ctx = Map::new();
         ctx.insert("messages".into(), Json::Array(msgs));
@@ -357,9 +447,28 @@ impl ChatTemplate {
         if add_generation_prompt {
             ctx.insert("add_generation_prompt".into(), Json::Bool(true));
         }
-        let env = env();
-        let tmpl = env.template_from_str(&self.source).map_err(template_err)?;
-        let mut out = tmpl.render(JValue::from_serialize(Json::Object(ctx))).map_err(template_err)?;
+        let budget = Budget::new(limits);
+        let root = JValue::from_serialize(Json::Object(ctx));
+        let mut out = limited(&budget, || {
+            let compiled = limits::compile(&self.source, &budget)?;
+            let env = env(&budget);
+            let mut out = String::new();
+            let vm = minijinja::machinery::Vm::new(&env);
+            vm.eval(
+                &compiled.root,
+                root,
+                &compiled.blocks,
+                &mut minijinja::machinery::make_string_output(&mut out),
+                minijinja::AutoEscape::None,
+            )?;
+            Ok(out)
+        })?;
+        if out.len() > limits.max_output {
+            return Err(Error::Template(format!(
+                "output exceeds {} (TemplateLimits::max_output)",
+                limits::human(limits.max_output)
+            )));
+        }
         if self.strip_bos && !self.bos_token.is_empty() && out.starts_with(&self.bos_token) {
             out.drain(..self.bos_token.len());
         }
@@ -368,6 +477,31 @@ impl ChatTemplate {
         }
         Ok(out)
     }
+}
+
+/// Runs `f` (compiling and rendering) on a thread with a [`limits::STACK`] stack, after
+/// the source checks; a panic in minijinja is an error, not a crash of the caller.
+fn limited<T: Send>(budget: &Budget, f: impl FnOnce() -> std::result::Result<T, minijinja::Error> + Send) -> Result<T> {
+    let r = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("chat-template".into())
+            .stack_size(limits::STACK)
+            .spawn_scoped(s, f)
+            .map_err(|e| Error::Template(format!("cannot start the rendering thread: {e}")))?
+            .join()
+            .map_err(|p| {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Error::Template(format!("the template engine panicked: {msg}"))
+            })
+    })?;
+    let out = r.map_err(template_err)?;
+    // A template that spent its time in one native step is still over time.
+    budget.tick().map_err(template_err)?;
+    Ok(out)
 }
 
 #[cfg(test)]
