@@ -427,3 +427,34 @@ fn real_template_features_still_work() {
         "<|user|>Hello![1, 2, 3][1, 1, 1]ababx-y00042|z   7a\n  b[[1, 2], [3]]bc{\n  \"a\": [\n    1\n  ]\n}cap1aXXcaXXc<1><2>[1, 2]True"
     );
 }
+
+/// Control flow through the rewritten instructions (jumps, loops, recursion, macros,
+/// call/filter/with blocks, loop controls): the same rendering as minijinja 2.24 with
+/// the same settings, before any rewrite (but `tojson`, which is ours).
+#[test]
+fn control_flow_matches_plain_minijinja() {
+    let src = r#"{%- macro item(x, y=2) -%}[{{ x }}:{{ y }}{{ caller() if caller is defined else '' }}]{%- endmacro -%}
+{%- for m in messages if m.role != 'system' -%}
+{{ loop.index }}/{{ loop.length }}{{ loop.cycle('a', 'b') }}{% if loop.changed(m.role) %}!{% endif %}{{ m.role[:1]|upper }}{{ m.content * 2 }}
+{%- if loop.last %}L{% else %},{% endif -%}
+{%- else -%}none
+{%- endfor -%}
+{%- for x in [1, 2, 3, 4, 5] -%}{%- if x == 2 %}{% continue %}{% endif -%}{%- if x > 4 %}{% break %}{% endif -%}{{ x }}{%- endfor -%}
+{%- for n in [1, [2, [3]]] recursive -%}<{%- if n is sequence -%}{{ loop(n) }}{%- else -%}{{ n }}{%- endif -%}>{%- endfor -%}
+{%- call item(1) -%}body{{ 1 + 1 }}{%- endcall -%}
+{%- filter upper %}up {{ 'x' ~ 1 }}{% endfilter -%}
+{%- with a = 3, b = [1, 2] + [3] %}{{ a * 2 }}{{ b|sum }}{{ b[1:]|list }}{{ b[::-1] }}{% endwith -%}
+{%- set ns = namespace(n=0) -%}{%- for i in range(10) -%}{%- set ns.n = ns.n + i -%}{%- endfor -%}{{ ns.n }}
+{{- 'a' in 'cat' }}{{ 1 < 2 < 3 }}{{ 3 is odd and not (2 is odd) }}{{ 'x' if false else 'y' }}{{ -(2 ** 10) // 3 % 7 }}
+{{- {'k': 'v', 'n': 1}|dictsort }}{{ ['b', 'a']|sort|join('|') }}{{ 'A B'.lower().split() }}{{ 'x,y'|replace(',', ';') }}
+{{- "%s-%03d"|format('q', 7) }}{{ '{}+{}'.format(1, 'z') }}{{ ('a' ~ none ~ undefined_thing ~ 1.5) }}{{ [1, 'a', none]|tojson }}
+{%- set cap %}{% for i in range(3) %}{{ i }}{% endfor %}{% endset %}{{ cap|length }}{{ cap }}
+{%- do range(3) -%}
+"#;
+    let msgs = [Message::new("user", "hi"), Message::new("assistant", "yo")];
+    let out = ChatTemplate::new(src, "", "").unwrap().render(&msgs, false, None).unwrap();
+    assert_eq!(
+        out,
+        r#"1/2a!Uhihi,2/2b!AyoyoL134<1><<2><<3>>>[1:2body2]UP X166[2, 3][3, 2, 1]45TrueTrueTruey1[["k", "v"], ["n", 1]]a|b["a", "b"]x;yq-0071+zaNone1.5[1, "a", null]3012"#
+    );
+}
