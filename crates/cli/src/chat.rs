@@ -81,7 +81,7 @@ fn template(l: &Loaded, args: &ChatArgs) -> Result<ChatTemplate> {
         }
         return custom(t);
     }
-    Ok(match ChatTemplate::from_gguf(l.file.metadata())? {
+    Ok(match ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
         Some(t) => t,
         None => {
             // llama-cli does the same; say so, since a base model will not follow it

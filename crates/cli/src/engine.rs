@@ -314,7 +314,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
                 (None, None) => bail!("--system-prompt needs a prompt (-p or -f) for the user message"),
             };
-            let template = match tokenizer::chat::ChatTemplate::from_gguf(l.file.metadata())? {
+            let template = match tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
                 Some(t) => t,
                 None => tokenizer::chat::ChatTemplate::builtin("chatml")?,
             };

@@ -113,7 +113,7 @@ pub fn run(a: &TaskCheckArgs) -> Result<()> {
         let template = if a.raw {
             None
         } else {
-            Some(match tokenizer::chat::ChatTemplate::from_gguf(l.file.metadata())? {
+            Some(match tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
                 Some(t) => t,
                 None => tokenizer::chat::ChatTemplate::builtin("chatml")?,
             })

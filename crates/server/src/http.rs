@@ -160,7 +160,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     let template = match &cfg.chat_template {
         Some(t) if tokenizer::chat::builtin_names().contains(&t.as_str()) => ChatTemplate::builtin(t)?,
         Some(src) => ChatTemplate::new(src, &bos, &eos)?,
-        None => match ChatTemplate::from_gguf(md)? {
+        None => match ChatTemplate::from_gguf_with(md, &tok)? {
             Some(t) => t,
             None => ChatTemplate::builtin("chatml")?,
         },

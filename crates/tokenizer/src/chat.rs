@@ -394,13 +394,29 @@ impl ChatTemplate {
     /// come from the file's vocabulary; like llama.cpp, a leading BOS / trailing EOS
     /// text is removed from the rendering when the tokenizer adds them itself.
     pub fn from_gguf(md: &gguf_format::Metadata) -> Result<Option<ChatTemplate>> {
+        if md.get("tokenizer.chat_template").is_none() {
+            return Ok(None);
+        }
+        match Tokenizer::from_gguf(md) {
+            Ok(t) => ChatTemplate::from_gguf_with(md, &t),
+            Err(_) => ChatTemplate::from_parts(md, None),
+        }
+    }
+
+    /// [`ChatTemplate::from_gguf`] with the file's tokenizer already built (building one
+    /// is the costly part of loading a vocabulary; callers that have it pass it).
+    pub fn from_gguf_with(md: &gguf_format::Metadata, tok: &Tokenizer) -> Result<Option<ChatTemplate>> {
+        ChatTemplate::from_parts(md, Some(tok))
+    }
+
+    fn from_parts(md: &gguf_format::Metadata, tok: Option<&Tokenizer>) -> Result<Option<ChatTemplate>> {
         let Some(v) = md.get("tokenizer.chat_template") else { return Ok(None) };
         let src = v.as_str().ok_or_else(|| Error::BadMetadata {
             key: "tokenizer.chat_template".into(),
             message: "expected a UTF-8 string".into(),
         })?;
-        let (bos, eos, add_bos, add_eos) = match Tokenizer::from_gguf(md) {
-            Ok(t) => {
+        let (bos, eos, add_bos, add_eos) = match tok {
+            Some(t) => {
                 let piece = |id: Option<u32>| {
                     id.and_then(|i| t.token_to_piece(i, true).ok())
                         .map(|p| String::from_utf8_lossy(&p).into_owned())
@@ -408,7 +424,7 @@ impl ChatTemplate {
                 };
                 (piece(t.bos()), piece(t.eos()), t.add_bos(), t.add_eos())
             }
-            Err(_) => (String::new(), String::new(), false, false),
+            None => (String::new(), String::new(), false, false),
         };
         let mut t = ChatTemplate::new(src, &bos, &eos)?;
         t.strip_bos = add_bos;
