@@ -19,7 +19,8 @@ pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Model and context options shared by the engine commands (llama.cpp's names).
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// The GGUF model; without it, the default model (fetched on first use).
+    /// The GGUF file, or a name of `gguf fetch --list` (fetched on first use); without it,
+    /// the default model.
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// Threads (default: all cores).
@@ -113,9 +114,16 @@ pub struct RunArgs {
     /// The prompt.
     #[arg(short = 'p', long)]
     prompt: Option<String>,
-    /// Read the prompt from a file.
+    /// Read the prompt from a file (`-` = standard input).
     #[arg(short = 'f', long = "file", conflicts_with = "prompt")]
     file: Option<PathBuf>,
+    /// Process escapes (\n, \r, \t, \', \", \\, \xHH) in the prompt and reverse prompts
+    /// (the default, as llama.cpp).
+    #[arg(short = 'e', long = "escape", overrides_with = "no_escape")]
+    escape: bool,
+    /// Take the prompt and reverse prompts literally.
+    #[arg(long = "no-escape")]
+    no_escape: bool,
     /// Prompt as token ids instead of text (`1,2,3`).
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "file"])]
     tokens: Option<Vec<u32>>,
@@ -203,6 +211,10 @@ fn progress(line: &str) {
 /// Resolves `-m` (or the default model) and loads model and tokenizer.
 pub fn load(args: &ModelArgs) -> Result<Loaded> {
     let path = match &args.model {
+        // a name of `gguf fetch --list` that is not a file here: that model, fetched on first use
+        Some(p) if !p.exists() && fetch::model(&p.to_string_lossy()).is_ok() => {
+            fetch::ensure(fetch::model(&p.to_string_lossy())?, &mut progress)?
+        }
         Some(p) => p.clone(),
         None => fetch::ensure(fetch::default_model(), &mut progress)?,
     };
@@ -303,16 +315,76 @@ fn constraint_of(l: &Loaded, args: &RunArgs) -> Result<Option<grammar::Constrain
     Ok(Some(grammar::Constraint::new(&vocab, &spec)?))
 }
 
+/// llama.cpp's `string_process_escapes`: `\n \r \t \' \" \\` and `\xHH`; any other
+/// backslash stays as written.
+pub fn process_escapes(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() {
+            i += 1;
+            match b[i] {
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b't' => out.push(b'\t'),
+                b'\'' => out.push(b'\''),
+                b'"' => out.push(b'"'),
+                b'\\' => out.push(b'\\'),
+                b'x' if i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit() => {
+                    let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("00");
+                    out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
+                    i += 2;
+                }
+                c => out.extend_from_slice(&[b'\\', c]),
+            }
+        } else {
+            out.push(b[i]);
+        }
+        i += 1;
+    }
+    // a `\xHH` may leave bytes that are not UTF-8; the tokenizer takes text
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl RunArgs {
+    /// The prompt of `-p` or `-f` (`-` = standard input; one trailing newline dropped, as
+    /// llama.cpp does), escapes processed unless `--no-escape`.
+    fn prompt_text(&self) -> Result<Option<String>> {
+        let text = match (&self.prompt, &self.file) {
+            (Some(p), _) => p.clone(),
+            (None, Some(f)) => {
+                let mut t = if f.as_os_str() == "-" {
+                    let mut t = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+                        .context("reading the prompt from stdin")?;
+                    t
+                } else {
+                    std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+                };
+                if t.ends_with('\n') {
+                    t.pop();
+                }
+                t
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(if self.no_escape { text } else { process_escapes(&text) }))
+    }
+
+    fn reverse_prompts(&self) -> Vec<String> {
+        self.reverse_prompt.iter().map(|r| if self.no_escape { r.clone() } else { process_escapes(r) }).collect()
+    }
+}
+
 /// `gguf run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let l = load(&args.model)?;
     let mut st = state(&l, &args.model)?;
     let prompt = match &args.system_prompt {
         Some(sys) => {
-            let user = match (&args.prompt, &args.file) {
-                (Some(p), _) => p.clone(),
-                (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
-                (None, None) => bail!("--system-prompt needs a prompt (-p or -f) for the user message"),
+            let Some(user) = args.prompt_text()? else {
+                bail!("--system-prompt needs a prompt (-p or -f) for the user message")
             };
             let template = match tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
                 Some(t) => t,
@@ -321,7 +393,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             let msgs = [tokenizer::chat::Message::new("system", sys), tokenizer::chat::Message::new("user", &user)];
             l.tok.encode(&template.render(&msgs, true, None)?, !args.no_bos, true)?
         }
-        None => prompt_tokens(&l, args.prompt.as_deref(), args.file.as_deref(), args.tokens.as_deref(), args.no_bos)?,
+        None => prompt_tokens(&l, args.prompt_text()?.as_deref(), None, args.tokens.as_deref(), args.no_bos)?,
     };
     if prompt.is_empty() {
         bail!("the prompt is empty (no tokens)");
@@ -341,6 +413,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut out_ids = Vec::new();
     let mut text = Vec::<u8>::new();
     let mut stream = l.tok.stream_decoder(false);
+    let reverse = args.reverse_prompts();
     let mut stdout = std::io::stdout().lock();
     let limit = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
     let mut stop_reason = "length";
@@ -376,7 +449,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             stdout.write_all(piece.as_bytes())?;
             stdout.flush()?;
         }
-        if args.reverse_prompt.iter().any(|r| !r.is_empty() && String::from_utf8_lossy(&text).contains(r.as_str())) {
+        if reverse.iter().any(|r| !r.is_empty() && String::from_utf8_lossy(&text).contains(r.as_str())) {
             stop_reason = "reverse-prompt";
             break;
         }

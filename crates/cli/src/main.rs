@@ -226,8 +226,13 @@ fn run(cli: Cli) -> Result<()> {
         Command::Dequant { file, tensor, output } => gguf_cli::dequant(&file, &tensor, &output),
         Command::Fetch { model, list } => {
             if list {
+                // what `-m NAME` accepts, and whether it is already here
                 for m in fetch::MODELS {
-                    println!("{:<20} {:<45} {:>12} bytes", m.name, m.file, m.size);
+                    let here = match fetch::cached(m) {
+                        Some(p) => format!("cached: {}", p.display()),
+                        None => "not cached".into(),
+                    };
+                    println!("{:<20} {:<45} {:>8.1} MiB  {here}", m.name, m.file, m.size as f64 / (1 << 20) as f64);
                 }
                 return Ok(());
             }

@@ -284,3 +284,59 @@ fn llama_cpp_flags_are_understood_or_refused_by_name() {
         assert!(o.stderr.contains(what) && o.stderr.starts_with("error: "), "{flag}: {}", o.stderr);
     }
 }
+
+#[test]
+fn prompts_take_llama_cpp_escapes_stdin_and_model_names() {
+    use std::io::Write;
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let mp = m.to_str().unwrap();
+    let toks = |o: &super::Out| -> Vec<u64> {
+        json(&o.stdout)["prompt_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    };
+    // -p "a\nb\x41\q": escapes processed (llama.cpp's default), unknown ones kept
+    let o = gguf(&["run", "-m", mp, "-p", r"a\nb\x41\q", "-n", "1", "--temp", "0", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(toks(&o), b"a\nbA\\q".iter().map(|&b| b as u64).collect::<Vec<_>>());
+    let o = gguf(&["run", "-m", mp, "-p", r"a\nb", "-n", "1", "--temp", "0", "--json", "--no-escape"]);
+    assert_eq!(toks(&o), b"a\\nb".iter().map(|&b| b as u64).collect::<Vec<_>>());
+    // -f -: the prompt from standard input, one trailing newline dropped
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+        .args(["run", "-m", mp, "-f", "-", "-n", "1", "--temp", "0", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(b"hi\n").unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(v["prompt_tokens"], serde_json::json!([b'h', b'i']));
+    // -m NAME: a name of `gguf fetch --list` resolves into the cache (here a planted,
+    // stamped stand-in of the right size, so nothing is downloaded)
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(cache.join("models")).unwrap();
+    let f = std::fs::File::create(cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    f.set_len(98_362_432).unwrap();
+    std::fs::write(
+        cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf.sha256"),
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    )
+    .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+        .args(["run", "-m", "smollm2", "-p", "hi", "-n", "1"])
+        .env("GGUF_CACHE", &cache)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("models/SmolLM2-135M-Instruct.Q4_1.gguf"), "the name resolved to the cached file: {err}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+        .args(["fetch", "--list"])
+        .env("GGUF_CACHE", &cache)
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&o.stdout);
+    assert!(list.lines().next().unwrap().contains("cached:"), "{list}");
+    assert!(list.lines().nth(1).unwrap().contains("not cached"), "{list}");
+}
