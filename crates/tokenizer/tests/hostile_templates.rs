@@ -458,3 +458,12 @@ fn control_flow_matches_plain_minijinja() {
         r#"1/2a!Uhihi,2/2b!AyoyoL134<1><<2><<3>>>[1:2body2]UP X166[2, 3][3, 2, 1]45TrueTrueTruey1[["k", "v"], ["n", 1]]a|b["a", "b"]x;yq-0071+zaNone1.5[1, "a", null]3012"#
     );
 }
+
+/// Fuzzer find (`template`, libFuzzer timeout): an empty list repeated 7.7 billion times
+/// built nothing but looped for minutes.
+#[test]
+fn fuzz_empty_list_times_huge() {
+    bounded("{{-[]\r\r\r*7777777777}}");
+    bounded("{{ '' * 7777777777 }}");
+    bounded("{% set n = 7777777777 %}{{ ([] * n) | length }}{{ ('' * n) | length }}");
+}

@@ -476,11 +476,13 @@ pub(crate) fn install(env: &mut Environment<'_>, b: &Arc<Budget>) {
         bb.tick()?;
         for (x, y) in [(&a, &c), (&c, &a)] {
             let Some(n) = y.as_usize() else { continue };
+            // an empty value repeated n times still costs n steps (minijinja loops n
+            // times): count each repetition as at least one byte / one entry
             if let Some(s) = x.as_str() {
-                bb.charge(s.len().saturating_mul(n))?;
+                bb.charge(s.len().max(1).saturating_mul(n))?;
             } else if is_list(x) {
                 if let Some(l) = x.len() {
-                    bb.check_items(l.saturating_mul(n))?;
+                    bb.check_items(l.max(1).saturating_mul(n))?;
                 }
             }
         }
@@ -1041,12 +1043,12 @@ fn fold_mul(b: &Budget, l: &Value, r: &Value) -> Result<usize, Error> {
     for (x, y) in [(l, r), (r, l)] {
         let Some(n) = y.as_usize() else { continue };
         if let Some(s) = x.as_str() {
-            let bytes = s.len().saturating_mul(n);
+            let bytes = s.len().max(1).saturating_mul(n);
             b.check_len(bytes)?;
             return Ok(bytes);
         } else if is_list(x) {
             if let Some(len) = x.len() {
-                let items = len.saturating_mul(n);
+                let items = len.max(1).saturating_mul(n);
                 b.check_items(items)?;
                 return Ok(items * ITEM);
             }
