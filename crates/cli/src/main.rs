@@ -96,6 +96,7 @@ const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-sys", "--system-prompt"),
+    ("-pg", "--pg"),
 ];
 
 /// llama.cpp flags that do not apply to this CPU engine: dropped with a note (with their

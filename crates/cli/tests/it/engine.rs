@@ -127,6 +127,28 @@ fn bench_json_has_pp_and_tg() {
 }
 
 #[test]
+fn bench_takes_llama_bench_lists_pg_and_output_formats() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let mp = m.to_str().unwrap();
+    let args = ["bench", "-m", mp, "-p", "8,16", "-n", "0,4", "-pg", "8,2", "-r", "1", "-t", "1"];
+    let o = gguf(&[&args[..], &["-o", "json"]].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let tests: Vec<(u64, u64)> =
+        v.as_array().unwrap().iter().map(|r| (r["n_prompt"].as_u64().unwrap(), r["n_gen"].as_u64().unwrap())).collect();
+    assert_eq!(tests, [(8, 0), (16, 0), (0, 4), (8, 2)], "llama-bench's order, 0 skipped");
+    assert!(v[0]["avg_ns"].as_u64().unwrap() > 0 && v[0]["model_n_params"].as_u64().unwrap() > 0);
+    let o = gguf(&args);
+    assert!(o.stdout.contains("| params |") && o.stdout.contains("| pp8+tg2 |"), "{}", o.stdout);
+    let o = gguf(&[&args[..], &["-o", "csv"]].concat());
+    assert_eq!(o.stdout.lines().count(), 5, "{}", o.stdout);
+    let o = gguf(&[&args[..], &["-o", "jsonl"]].concat());
+    assert!(o.stdout.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    assert_eq!(gguf(&["bench", "-m", mp, "--pg", "8"]).code, 2, "-pg needs PP,TG");
+}
+
+#[test]
 fn ctrl_c_stops_generation_with_a_clear_error() {
     let d = tempfile::tempdir().unwrap();
     let m = tiny(d.path(), "llama");
