@@ -467,3 +467,14 @@ fn fuzz_empty_list_times_huge() {
     bounded("{{ '' * 7777777777 }}");
     bounded("{% set n = 7777777777 %}{{ ([] * n) | length }}{{ ('' * n) | length }}");
 }
+
+/// Fuzzer find (`template`, libFuzzer timeout): chained repetitions of an empty list.
+#[test]
+fn fuzz_empty_list_times_chain() {
+    bounded("\n{{-[]\r\r\r*--31313*--31313+{}+{}}}+{}+{}}}}}}}{urlz");
+    bounded("{{ [] * 31313 * 31313 }}");
+    bounded("{{ ([] * 31313 * 31313) | length }}");
+    // the same at run time (not constant-folded)
+    bounded("{% set n = 31313 %}{{ [] * n * n * n }}{{ ([] * n * n) | length }}{% for x in [] * n * n %}{% endfor %}");
+    bounded("{% set n = 1000 %}{% set ns = namespace(v=[]) %}{% for i in range(20) %}{% set ns.v = ns.v * n %}{% endfor %}{{ ns.v }}");
+}

@@ -474,6 +474,21 @@ pub(crate) fn install(env: &mut Environment<'_>, b: &Arc<Budget>) {
     let bb = b.clone();
     env.add_function(CHECK_MUL, move |a: Value, c: Value| -> Result<Value, Error> {
         bb.tick()?;
+        // minijinja repeats a sequence lazily (`(0..n).flat_map(..)`): repeating that result
+        // again costs n × m steps whatever its length (`[] * 31313 * 31313`, a fuzzer
+        // find). A lazy operand of a repetition is made a list first, so every repetition
+        // is over a plain list and costs what is checked below.
+        let plain = |v: Value, other: &Value| -> Result<Value, Error> {
+            if v.kind() != ValueKind::Iterable || other.as_usize().is_none() {
+                return Ok(v);
+            }
+            bb.check_items(v.len().unwrap_or(0))?;
+            let items: Vec<Value> = v.try_iter()?.collect();
+            bb.charge(items.len().saturating_mul(ITEM))?;
+            Ok(Value::from(items))
+        };
+        let a = plain(a, &c)?;
+        let c = plain(c, &a)?;
         for (x, y) in [(&a, &c), (&c, &a)] {
             let Some(n) = y.as_usize() else { continue };
             // an empty value repeated n times still costs n steps (minijinja loops n
@@ -1042,6 +1057,13 @@ impl Fold<'_> {
 fn fold_mul(b: &Budget, l: &Value, r: &Value) -> Result<usize, Error> {
     for (x, y) in [(l, r), (r, l)] {
         let Some(n) = y.as_usize() else { continue };
+        if x.kind() == ValueKind::Iterable {
+            // a constant repetition of a lazy repetition: its cost is not its length (see
+            // CHECK_MUL); such a constant has no use in a chat template
+            return Err(limit_err(
+                "repeating the result of a repetition in a constant expression (use |list first)".into(),
+            ));
+        }
         if let Some(s) = x.as_str() {
             let bytes = s.len().max(1).saturating_mul(n);
             b.check_len(bytes)?;
