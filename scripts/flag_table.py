@@ -41,9 +41,7 @@ NOTES = {
     "--grammar": "same (GBNF via llguidance; `%llguidance` for Lark)",
     "--grammar-file": "same",
     "--ignore-eos": "same",
-    "-p": "same (llama-bench: a comma list)",
-    "-pg": "same",
-    "-o": "same: md, json, jsonl, csv (llama-bench); no sql",
+    "-p": "same",
     "-hf": "not supported: use -m FILE or `gguf fetch`",
     "-mu": "not supported: use -m FILE or `gguf fetch NAME`",
     "-dev": "not supported: only the CPU for now",
@@ -145,15 +143,20 @@ def cli_tables(repo: Path):
 
 def status(flags, ours, short, ignored, unsupported, notes=NOTES):
     key = next((f for f in flags if f in notes), None)
+    taken = [f for f in flags if f in ours]
     if key:
-        return notes[key]
-    if any(f in unsupported for f in flags):
+        s = notes[key]
+    elif any(f in unsupported for f in flags):
         return "not supported (the error names it)"
-    if any(f in ignored for f in flags):
+    elif any(f in ignored for f in flags):
         return "ignored (with a note)"
-    if any(f in ours or f in short for f in flags):
-        return "same"
-    return "not supported"
+    elif taken:
+        s = "same"
+    else:
+        return "not supported"
+    if s.startswith("same") and taken and len(taken) < len(flags):
+        s += " — spelled " + ", ".join(f"`{f}`" for f in taken)
+    return s
 
 
 def main():
