@@ -236,16 +236,21 @@ fn progress(line: &str) {
     eprintln!("{line}");
 }
 
-/// Resolves `-m` (or the default model) and loads model and tokenizer.
-pub fn load(args: &ModelArgs) -> Result<Loaded> {
-    let path = match &args.model {
-        // a name of `gguf fetch --list` that is not a file here: that model, fetched on first use
+/// The file `-m` names: a path, or a name of `gguf fetch --list` that is not a file here
+/// (that model, fetched on first use); without `-m`, the default model.
+pub fn model_path(m: Option<&Path>) -> Result<PathBuf> {
+    Ok(match m {
         Some(p) if !p.exists() && fetch::model(&p.to_string_lossy()).is_ok() => {
             fetch::ensure(fetch::model(&p.to_string_lossy())?, &mut progress)?
         }
-        Some(p) => p.clone(),
+        Some(p) => p.to_path_buf(),
         None => fetch::ensure(fetch::default_model(), &mut progress)?,
-    };
+    })
+}
+
+/// Resolves `-m` (or the default model) and loads model and tokenizer.
+pub fn load(args: &ModelArgs) -> Result<Loaded> {
+    let path = model_path(args.model.as_deref())?;
     let t0 = Instant::now();
     let (file, model) = models::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let tok = Tokenizer::from_gguf(file.metadata()).with_context(|| format!("tokenizer of {}", path.display()))?;

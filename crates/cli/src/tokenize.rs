@@ -13,9 +13,9 @@ use tokenizer::Tokenizer;
 /// `gguf tokenize`.
 #[derive(clap::Args, Debug)]
 pub struct TokenizeArgs {
-    /// The GGUF file.
+    /// The GGUF file or a `gguf fetch --list` name (default: the default model).
     #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Text to tokenize.
     #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
     pub prompt: Option<String>,
@@ -39,9 +39,9 @@ pub struct TokenizeArgs {
 /// `gguf detokenize`.
 #[derive(clap::Args, Debug)]
 pub struct DetokenizeArgs {
-    /// The GGUF file.
+    /// The GGUF file or a `gguf fetch --list` name (default: the default model).
     #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Token ids (separated by spaces or commas; `[1, 2]` works too).
     #[arg(required = true, num_args = 1..)]
     pub ids: Vec<String>,
@@ -53,9 +53,9 @@ pub struct DetokenizeArgs {
 /// `gguf chat-template`.
 #[derive(clap::Args, Debug)]
 pub struct ChatTemplateArgs {
-    /// The GGUF file.
+    /// The GGUF file or a `gguf fetch --list` name (default: the default model).
     #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// The conversation: a JSON array of `{"role", "content", ...}` objects, or a path
     /// to a file holding one.
     #[arg(long)]
@@ -71,7 +71,8 @@ pub struct ChatTemplateArgs {
     pub template: Option<String>,
 }
 
-fn load(path: &PathBuf) -> Result<(SplitGguf, Tokenizer)> {
+fn load(m: &Option<PathBuf>) -> Result<(SplitGguf, Tokenizer)> {
+    let path = &crate::engine::model_path(m.as_deref())?;
     let f = SplitGguf::open(path).with_context(|| format!("opening {}", path.display()))?;
     let t = Tokenizer::from_gguf(f.metadata()).with_context(|| format!("tokenizer of {}", path.display()))?;
     Ok((f, t))
@@ -140,7 +141,8 @@ fn json_arg(s: &str) -> Result<serde_json::Value> {
 
 /// Runs `gguf chat-template`.
 pub fn chat_template(a: &ChatTemplateArgs, out: &mut dyn Write) -> Result<()> {
-    let f = SplitGguf::open(&a.model).with_context(|| format!("opening {}", a.model.display()))?;
+    let path = crate::engine::model_path(a.model.as_deref())?;
+    let f = SplitGguf::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let tmpl = match &a.template {
         Some(name) => ChatTemplate::builtin(name)?,
         None => ChatTemplate::from_gguf(f.metadata())?
@@ -220,7 +222,7 @@ mod file_tests {
             String::from_utf8(out).unwrap()
         };
         let mut a = TokenizeArgs {
-            model: model.clone(),
+            model: Some(model.clone()),
             prompt: Some("hello".into()),
             file: None,
             ids: true,
@@ -240,19 +242,21 @@ mod file_tests {
 
         let mut out = Vec::new();
         detokenize(
-            &DetokenizeArgs { model: model.clone(), ids: vec!["[257, 108, 111]".into()], special: false },
+            &DetokenizeArgs { model: Some(model.clone()), ids: vec!["[257, 108, 111]".into()], special: false },
             &mut out,
         )
         .unwrap();
         assert_eq!(out, b"hello\n");
-        let e =
-            detokenize(&DetokenizeArgs { model: model.clone(), ids: vec!["99999".into()], special: false }, &mut out)
-                .unwrap_err();
+        let e = detokenize(
+            &DetokenizeArgs { model: Some(model.clone()), ids: vec!["99999".into()], special: false },
+            &mut out,
+        )
+        .unwrap_err();
         assert!(format!("{e:#}").contains("out of range"), "{e:#}");
 
         let mut out = Vec::new();
         let c = ChatTemplateArgs {
-            model,
+            model: Some(model),
             messages: r#"[{"role": "user", "content": "hi"}]"#.into(),
             tools: None,
             add_generation_prompt: true,

@@ -362,3 +362,27 @@ fn prompts_take_llama_cpp_escapes_stdin_and_model_names() {
     assert!(list.lines().next().unwrap().contains("cached:"), "{list}");
     assert!(list.lines().nth(1).unwrap().contains("not cached"), "{list}");
 }
+
+#[test]
+fn tokenize_without_m_uses_the_default_model_like_run() {
+    // a planted, stamped stand-in of the default model's size in the cache: no download
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(cache.join("models")).unwrap();
+    let f = std::fs::File::create(cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    f.set_len(98_362_432).unwrap();
+    std::fs::write(
+        cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf.sha256"),
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    )
+    .unwrap();
+    for cmd in [&["tokenize", "-p", "hi"][..], &["detokenize", "1,2"], &["chat-template", "--messages", "[]"]] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+            .args(cmd)
+            .env("GGUF_CACHE", &cache)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("models/SmolLM2-135M-Instruct.Q4_1.gguf"), "{cmd:?} opened the default model: {err}");
+    }
+}
