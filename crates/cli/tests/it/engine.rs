@@ -337,15 +337,7 @@ fn prompts_take_llama_cpp_escapes_stdin_and_model_names() {
     assert_eq!(v["prompt_tokens"], serde_json::json!([b'h', b'i']));
     // -m NAME: a name of `gguf fetch --list` resolves into the cache (here a planted,
     // stamped stand-in of the right size, so nothing is downloaded)
-    let cache = d.path().join("cache");
-    std::fs::create_dir_all(cache.join("models")).unwrap();
-    let f = std::fs::File::create(cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
-    f.set_len(98_362_432).unwrap();
-    std::fs::write(
-        cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf.sha256"),
-        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    )
-    .unwrap();
+    let cache = planted_cache(d.path());
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
         .args(["run", "-m", "smollm2", "-p", "hi", "-n", "1"])
         .env("GGUF_CACHE", &cache)
@@ -363,11 +355,10 @@ fn prompts_take_llama_cpp_escapes_stdin_and_model_names() {
     assert!(list.lines().nth(1).unwrap().contains("not cached"), "{list}");
 }
 
-#[test]
-fn tokenize_without_m_uses_the_default_model_like_run() {
-    // a planted, stamped stand-in of the default model's size in the cache: no download
-    let d = tempfile::tempdir().unwrap();
-    let cache = d.path().join("cache");
+/// A cache holding a stamped stand-in of the default model (its size, zeros), so a
+/// command resolves it without downloading (and then fails to parse it, naming the path).
+fn planted_cache(dir: &std::path::Path) -> PathBuf {
+    let cache = dir.join("cache");
     std::fs::create_dir_all(cache.join("models")).unwrap();
     let f = std::fs::File::create(cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
     f.set_len(98_362_432).unwrap();
@@ -376,6 +367,14 @@ fn tokenize_without_m_uses_the_default_model_like_run() {
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     )
     .unwrap();
+    cache
+}
+
+#[test]
+fn tokenize_without_m_uses_the_default_model_like_run() {
+    // a planted, stamped stand-in of the default model's size in the cache: no download
+    let d = tempfile::tempdir().unwrap();
+    let cache = planted_cache(d.path());
     for cmd in [&["tokenize", "-p", "hi"][..], &["detokenize", "1,2"], &["chat-template", "--messages", "[]"]] {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
             .args(cmd)
