@@ -846,10 +846,14 @@ fn convert(
             }
             done.fetch_add(n, Ordering::Relaxed);
         };
-        let workers = nthread.min(items.len()).max(1);
+        // at most 512 threads (llama.cpp's cap); a thread the OS refuses leaves fewer
+        // workers, never a panic
+        let workers = nthread.min(items.len()).clamp(1, 512);
         std::thread::scope(|s| {
             for _ in 1..workers {
-                s.spawn(work);
+                if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
+                    break;
+                }
             }
             work();
         });

@@ -272,6 +272,10 @@ fn hostile_context_and_thread_sizes_are_clear_errors() {
     clean("run -t 100000", &p, None);
     ok("", &p);
     assert!(other_build() || p.stderr.contains("warning: --threads"), "{}", p.stderr);
+    let q = d.path().join("q.gguf");
+    let p = probe("quantize: 100000 threads", &["quantize", s(&m), s(&q), "Q8_0", "100000"], "");
+    clean("quantize 100000 threads", &p, None);
+    ok("", &p);
 }
 
 #[test]
