@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use gguf_format::SplitGguf;
 
 pub mod advise;
+pub mod bench;
 pub mod chat;
 pub mod engine;
 pub mod fetch;

@@ -61,7 +61,7 @@ enum Command {
     /// Write every position's logits as raw f32 ([n_tokens][n_vocab]).
     Logits(engine::LogitsArgs),
     /// Measure prompt processing and generation speed, like llama-bench.
-    Bench(engine::BenchArgs),
+    Bench(gguf_cli::bench::BenchArgs),
     /// Print the token ids of a text, like llama-tokenize.
     Tokenize(gguf_cli::tokenize::TokenizeArgs),
     /// Print the text of token ids.
@@ -254,7 +254,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Merge(a) => gguf_cli::split::merge(&a, &engine::INTERRUPTED),
         Command::Chat(a) => gguf_cli::chat::chat(&a),
         Command::Logits(a) => engine::logits(&a),
-        Command::Bench(a) => engine::bench(&a),
+        Command::Bench(a) => gguf_cli::bench::run(&a),
         Command::Imatrix(a) => gguf_cli::imatrix::run(&a),
         Command::Mem(a) => gguf_cli::mem::run(&a),
         Command::Advise(a) => gguf_cli::advise::run(&a),
