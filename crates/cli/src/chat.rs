@@ -16,7 +16,8 @@ use clap::Args;
 use models::{Logits, Sampler};
 use tokenizer::chat::{ChatTemplate, Message};
 
-use crate::engine::{load, state, Loaded, ModelArgs, SampleArgs, INTERRUPTED};
+use crate::engine::{load, state, Loaded, ModelArgs, INTERRUPTED};
+use crate::sampling::SampleArgs;
 
 /// `gguf chat`.
 #[derive(Args, Debug)]

@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod mem;
 pub mod perplexity;
 pub mod quantize;
+pub mod sampling;
 pub mod serve;
 pub mod split;
 pub mod task_check;
