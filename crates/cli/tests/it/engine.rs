@@ -1,4 +1,4 @@
-//! `gguf run`, `logits` and `bench` end to end on a tiny random model with a byte-level
+//! `gguf run` and `logits` end to end on a tiny random model with a byte-level
 //! tokenizer (`models::synthetic`).
 
 use std::path::PathBuf;
@@ -111,41 +111,6 @@ fn engine_errors_are_one_clear_line() {
     assert_clean_error(&o, "999");
     assert!(!out.exists());
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2, "no temporary left behind");
-}
-
-#[test]
-fn bench_json_has_pp_and_tg() {
-    let d = tempfile::tempdir().unwrap();
-    let m = tiny(d.path(), "qwen2");
-    let o = gguf(&["bench", "-m", m.to_str().unwrap(), "-p", "16", "-n", "4", "-r", "2", "-t", "2", "--json"]);
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let v = json(&o.stdout);
-    let r = v["results"].as_array().unwrap();
-    assert_eq!(r[0]["test"], "pp16");
-    assert_eq!(r[1]["test"], "tg4");
-    assert!(r.iter().all(|x| x["avg_ts"].as_f64().unwrap() > 0.0 && x["samples_ts"].as_array().unwrap().len() == 2));
-}
-
-#[test]
-fn bench_takes_llama_bench_lists_pg_and_output_formats() {
-    let d = tempfile::tempdir().unwrap();
-    let m = tiny(d.path(), "llama");
-    let mp = m.to_str().unwrap();
-    let args = ["bench", "-m", mp, "-p", "8,16", "-n", "0,4", "-pg", "8,2", "-r", "1", "-t", "1"];
-    let o = gguf(&[&args[..], &["-o", "json"]].concat());
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
-    let tests: Vec<(u64, u64)> =
-        v.as_array().unwrap().iter().map(|r| (r["n_prompt"].as_u64().unwrap(), r["n_gen"].as_u64().unwrap())).collect();
-    assert_eq!(tests, [(8, 0), (16, 0), (0, 4), (8, 2)], "llama-bench's order, 0 skipped");
-    assert!(v[0]["avg_ns"].as_u64().unwrap() > 0 && v[0]["model_n_params"].as_u64().unwrap() > 0);
-    let o = gguf(&args);
-    assert!(o.stdout.contains("| params |") && o.stdout.contains("| pp8+tg2 |"), "{}", o.stdout);
-    let o = gguf(&[&args[..], &["-o", "csv"]].concat());
-    assert_eq!(o.stdout.lines().count(), 5, "{}", o.stdout);
-    let o = gguf(&[&args[..], &["-o", "jsonl"]].concat());
-    assert!(o.stdout.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
-    assert_eq!(gguf(&["bench", "-m", mp, "--pg", "8"]).code, 2, "-pg needs PP,TG");
 }
 
 #[test]

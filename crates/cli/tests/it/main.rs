@@ -1,5 +1,6 @@
 //! End-to-end tests of the `gguf` binary on small files written by our own writer.
 
+mod bench;
 mod chat;
 mod engine;
 mod hostile;
