@@ -84,14 +84,14 @@ fn vocabulary(sel: u8, flags: u8, desc: &[u8]) -> Metadata {
             }
         }
     }
-    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks)));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.into())));
     if flags & 4 == 0 {
         md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     }
     if flags & 8 == 0 {
         md.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     }
-    md.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    md.set("tokenizer.ggml.merges", Value::Array(Array::String(merges.into())));
     if !charsmap.is_empty() {
         md.set("tokenizer.ggml.precompiled_charsmap", Value::Array(Array::U8(charsmap)));
     }

@@ -250,7 +250,7 @@ fn save_gguf(
 ) -> Result<()> {
     let mut w = GgufWriter::new();
     w.add_kv("general.type", "imatrix");
-    let ds = datasets.iter().map(|s| s.as_bytes().to_vec()).collect();
+    let ds: gguf_format::StringArray = datasets.iter().collect();
     w.add_kv("imatrix.datasets", Value::Array(Array::String(ds)));
     w.add_kv("imatrix.chunk_count", Value::U32(chunks));
     w.add_kv("imatrix.chunk_size", Value::U32(chunk_size));

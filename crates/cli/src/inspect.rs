@@ -95,7 +95,7 @@ fn array_json(a: &Array, budget: &mut usize) -> Json {
         Array::F32(v) => Json::Array(take(v, limit).iter().map(|&x| f32_json(x)).collect()),
         Array::F64(v) => Json::Array(take(v, limit).iter().map(|&x| f64_json(x)).collect()),
         Array::Bool(v) => json!(take(v, limit)),
-        Array::String(v) => Json::Array(take(v, limit).iter().map(|s| Json::String(lossy(s))).collect()),
+        Array::String(v) => Json::Array(v.iter().take(limit).map(|s| Json::String(lossy(s))).collect()),
         Array::Array(v) => Json::Array(take(v, limit).iter().map(|x| array_json(x, budget)).collect()),
     }
 }

@@ -198,9 +198,9 @@ mod file_tests {
         w.add_kv("general.architecture", "llama");
         w.add_kv("tokenizer.ggml.model", "gpt2");
         w.add_kv("tokenizer.ggml.pre", "gpt-2");
-        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(toks)));
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(toks.into())));
         w.add_kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-        w.add_kv("tokenizer.ggml.merges", Value::Array(Array::String(vec![b"h e".to_vec(), b"he l".to_vec()])));
+        w.add_kv("tokenizer.ggml.merges", Value::Array(Array::String(vec![b"h e".to_vec(), b"he l".to_vec()].into())));
         w.add_kv("tokenizer.ggml.bos_token_id", 259u32);
         w.add_kv("tokenizer.ggml.add_bos_token", true);
         w.add_kv(

@@ -36,7 +36,7 @@ pub use atomic::AtomicFile;
 pub use error::Error;
 pub use reader::{Gguf, GgufFile, TensorInfo};
 pub use split::SplitGguf;
-pub use value::{Array, Metadata, Value, ValueType};
+pub use value::{Array, Metadata, StringArray, Value, ValueType};
 pub use writer::{GgufWriter, StreamFn, TensorSource};
 
 /// The result type of this crate.

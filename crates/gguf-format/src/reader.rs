@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use ggml_quants::TypeTraits;
 
 use crate::mmap::Bytes;
-use crate::value::{Array, Metadata, Value, ValueType};
+use crate::value::{Array, Metadata, StringArray, Value, ValueType};
 use crate::{Error, Result, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS};
 
 /// One entry of the tensor table.
@@ -207,10 +207,12 @@ fn read_array(cur: &mut Cursor<'_>, key: &str, depth: usize) -> Result<Array> {
             Array::Bool(v)
         }
         ValueType::String => {
-            let mut v = Vec::with_capacity(n as usize);
+            // `n` is bounded by the bytes left (each string takes at least its 8-byte length)
+            let mut v = StringArray::with_capacity(n as usize, 0);
             for _ in 0..n {
-                v.push(cur.bytes_string(&|| format!("string in array of key {key:?}"))?.to_vec());
+                v.push(cur.bytes_string(&|| format!("string in array of key {key:?}"))?);
             }
+            v.shrink_to_fit();
             Array::String(v)
         }
         ValueType::Array => {

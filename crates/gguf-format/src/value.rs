@@ -257,7 +257,7 @@ pub enum Array {
     /// `bool[]`
     Bool(Vec<bool>),
     /// `string[]`
-    String(Vec<Vec<u8>>),
+    String(StringArray),
     /// Array of arrays; each inner array has its own element type.
     Array(Vec<Array>),
     /// `u64[]`
@@ -323,7 +323,7 @@ impl Array {
             ValueType::I32 => Array::I32(Vec::new()),
             ValueType::F32 => Array::F32(Vec::new()),
             ValueType::Bool => Array::Bool(Vec::new()),
-            ValueType::String => Array::String(Vec::new()),
+            ValueType::String => Array::String(StringArray::new()),
             ValueType::Array => Array::Array(Vec::new()),
             ValueType::U64 => Array::U64(Vec::new()),
             ValueType::I64 => Array::I64(Vec::new()),
@@ -342,7 +342,7 @@ impl Array {
             Array::I32(v) => Value::I32(*v.get(i)?),
             Array::F32(v) => Value::F32(*v.get(i)?),
             Array::Bool(v) => Value::Bool(*v.get(i)?),
-            Array::String(v) => Value::String(v.get(i)?.clone()),
+            Array::String(v) => Value::String(v.get(i)?.to_vec()),
             Array::Array(v) => Value::Array(v.get(i)?.clone()),
             Array::U64(v) => Value::U64(*v.get(i)?),
             Array::I64(v) => Value::I64(*v.get(i)?),
@@ -367,7 +367,7 @@ impl Array {
     }
 
     /// The elements as string bytes, for a `string[]`.
-    pub fn as_strings(&self) -> Option<&[Vec<u8>]> {
+    pub fn as_strings(&self) -> Option<&StringArray> {
         match self {
             Array::String(v) => Some(v),
             _ => None,
@@ -460,5 +460,120 @@ impl Metadata {
             }
         }
         Some(v)
+    }
+}
+
+/// The strings of a `string[]`, stored end to end in one buffer: a vocabulary of 262,144
+/// tokens costs its bytes plus 8 per string, not one heap block per string.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StringArray {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl StringArray {
+    /// An empty array.
+    pub fn new() -> StringArray {
+        StringArray::default()
+    }
+
+    /// An empty array with room for `n` strings of `bytes` bytes in all.
+    pub fn with_capacity(n: usize, bytes: usize) -> StringArray {
+        StringArray { bytes: Vec::with_capacity(bytes), ends: Vec::with_capacity(n) }
+    }
+
+    /// Appends a string.
+    pub fn push(&mut self, s: impl AsRef<[u8]>) {
+        self.bytes.extend_from_slice(s.as_ref());
+        self.ends.push(self.bytes.len());
+    }
+
+    /// String `i`.
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Some(&self.bytes[start..end])
+    }
+
+    /// Number of strings.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes of all the strings together.
+    pub fn total_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The strings in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + DoubleEndedIterator + Clone + '_ {
+        (0..self.len()).map(move |i| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] };
+            &self.bytes[start..self.ends[i]]
+        })
+    }
+
+    /// Frees the spare capacity.
+    pub fn shrink_to_fit(&mut self) {
+        self.bytes.shrink_to_fit();
+        self.ends.shrink_to_fit();
+    }
+
+    /// Each string as its own `Vec` (to edit the list).
+    pub fn to_vecs(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+}
+
+impl std::fmt::Debug for StringArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().map(String::from_utf8_lossy)).finish()
+    }
+}
+
+impl std::ops::Index<usize> for StringArray {
+    type Output = [u8];
+    fn index(&self, i: usize) -> &[u8] {
+        match self.get(i) {
+            Some(s) => s,
+            None => panic!("string {i} of a {}-string array", self.len()),
+        }
+    }
+}
+
+impl<S: AsRef<[u8]>> FromIterator<S> for StringArray {
+    fn from_iter<I: IntoIterator<Item = S>>(it: I) -> StringArray {
+        let mut a = StringArray::new();
+        for s in it {
+            a.push(s);
+        }
+        a
+    }
+}
+
+impl<S: AsRef<[u8]>> Extend<S> for StringArray {
+    fn extend<I: IntoIterator<Item = S>>(&mut self, it: I) {
+        for s in it {
+            self.push(s);
+        }
+    }
+}
+
+impl<S: AsRef<[u8]>> From<Vec<S>> for StringArray {
+    fn from(v: Vec<S>) -> StringArray {
+        v.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a StringArray {
+    type Item = &'a [u8];
+    type IntoIter = Box<dyn Iterator<Item = &'a [u8]> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
     }
 }

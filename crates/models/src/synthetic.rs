@@ -111,9 +111,9 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
         types.push(3);
         w.add_kv("tokenizer.ggml.model", "gpt2");
         w.add_kv("tokenizer.ggml.pre", "gpt-2");
-        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(tokens.into())));
         w.add_kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
-        w.add_kv("tokenizer.ggml.merges", Value::Array(Array::String(Vec::new())));
+        w.add_kv("tokenizer.ggml.merges", Value::Array(Array::String(Default::default())));
         w.add_kv("tokenizer.ggml.eos_token_id", 256u32);
         w.add_kv("tokenizer.ggml.bos_token_id", 256u32);
         w.add_kv("tokenizer.ggml.add_bos_token", false);

@@ -99,7 +99,7 @@ fn low_bit_recipes_require_an_imatrix() {
 fn imatrix_file(dir: &std::path::Path, entries: &[(&str, usize)]) -> std::path::PathBuf {
     let mut w = GgufWriter::new();
     w.add_kv("general.type", "imatrix");
-    w.add_kv("imatrix.datasets", Value::Array(gguf_format::Array::String(vec![b"test.txt".to_vec()])));
+    w.add_kv("imatrix.datasets", Value::Array(gguf_format::Array::String(vec![b"test.txt".to_vec()].into())));
     w.add_kv("imatrix.chunk_count", Value::U32(3));
     w.add_kv("imatrix.chunk_size", Value::U32(512));
     for (name, n) in entries {

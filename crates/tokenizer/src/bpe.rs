@@ -2,56 +2,70 @@
 
 use std::collections::BinaryHeap;
 
+use gguf_format::StringArray;
+
 use crate::hash::FxHashMap;
 use crate::pretok::CompiledPre;
 use crate::{unicode, Error, Vocab};
 
 const NONE: u32 = u32::MAX;
 
-/// The merge table: pieces (strings that occur in merges) get ids; a pair of piece ids
-/// maps to its rank and the id of the merged piece.
+/// The merge table over piece ids: a piece (a string that occurs in merges) that is a
+/// token has its token id, any other one an id from `n_vocab` up (`extra`); a pair of
+/// piece ids maps to its rank and the id of the merged piece.
 #[derive(Debug)]
 pub(crate) struct Bpe {
-    piece_ids: FxHashMap<Vec<u8>, u32>,
+    extra: FxHashMap<Vec<u8>, u32>,
     merges: FxHashMap<(u32, u32), (u32, u32)>,
     pub(crate) pre: CompiledPre,
     /// The `gemma4` newline rule.
     pub(crate) gemma4: bool,
-    #[allow(dead_code)]
-    pub(crate) n_merges: usize,
 }
 
 impl Bpe {
-    pub(crate) fn new(merges_list: &[Vec<u8>], pre: CompiledPre, gemma4: bool) -> Result<Bpe, Error> {
-        let mut piece_ids: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
+    pub(crate) fn new(vocab: &Vocab, merges_list: &StringArray, pre: CompiledPre, gemma4: bool) -> Result<Bpe, Error> {
+        let mut extra: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
         let mut merges: FxHashMap<(u32, u32), (u32, u32)> = FxHashMap::default();
-        let intern = |s: &[u8], ids: &mut FxHashMap<Vec<u8>, u32>| -> u32 {
-            if let Some(&id) = ids.get(s) {
+        merges.reserve(merges_list.len());
+        let n_vocab = vocab.n_tokens() as u32;
+        let mut intern = |s: &[u8]| -> u32 {
+            if let Some(id) = vocab.text_to_token(s) {
                 return id;
             }
-            let id = ids.len() as u32;
-            ids.insert(s.to_vec(), id);
+            if let Some(&id) = extra.get(s) {
+                return id;
+            }
+            let id = n_vocab + extra.len() as u32;
+            extra.insert(s.to_vec(), id);
             id
         };
+        let mut joined = Vec::new();
         for (rank, m) in merges_list.iter().enumerate() {
             // llama.cpp: split at the first space after the first byte; none → ("", "")
             let (first, second): (&[u8], &[u8]) = match m.iter().skip(1).position(|&b| b == b' ') {
                 Some(p) => (&m[..p + 1], &m[p + 2..]),
                 None => (b"", b""),
             };
-            let l = intern(first, &mut piece_ids);
-            let r = intern(second, &mut piece_ids);
-            let mut joined = first.to_vec();
+            let l = intern(first);
+            let r = intern(second);
+            joined.clear();
+            joined.extend_from_slice(first);
             joined.extend_from_slice(second);
-            let j = intern(&joined, &mut piece_ids);
+            let j = intern(&joined);
             merges.entry((l, r)).or_insert((rank as u32, j));
         }
-        Ok(Bpe { piece_ids, merges, pre, gemma4, n_merges: merges_list.len() })
+        extra.shrink_to_fit();
+        merges.shrink_to_fit();
+        Ok(Bpe { extra, merges, pre, gemma4 })
     }
 
     #[inline]
-    fn piece(&self, s: &[u8]) -> u32 {
-        self.piece_ids.get(s).copied().unwrap_or(NONE)
+    fn piece(&self, vocab: &Vocab, s: &[u8]) -> u32 {
+        match vocab.text_to_token(s) {
+            Some(id) => id,
+            None if self.extra.is_empty() => NONE,
+            None => self.extra.get(s).copied().unwrap_or(NONE),
+        }
     }
 
     /// Tokenizes one raw-text fragment, appending ids. Words are merged as the
@@ -90,7 +104,7 @@ impl Bpe {
         let mut off = 0;
         while off < word.len() {
             let n = unicode::len_utf8(word[off]).min(word.len() - off);
-            sym.push(Sym { start: off as u32, n: n as u32, piece: self.piece(&word[off..off + n]), next: 0 });
+            sym.push(Sym { start: off as u32, n: n as u32, piece: self.piece(vocab, &word[off..off + n]), next: 0 });
             off += n;
         }
         let ns = sym.len();

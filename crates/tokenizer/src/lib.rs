@@ -19,6 +19,7 @@ mod hash;
 pub mod pretok;
 pub mod regex;
 mod spm;
+mod texts;
 mod ugm;
 pub mod unicode;
 mod unicode_data;
@@ -26,9 +27,9 @@ mod wpm;
 
 use std::collections::BTreeSet;
 
-use gguf_format::{Array, Metadata, Value};
+use gguf_format::{Array, Metadata, StringArray, Value};
 
-use hash::FxHashMap;
+use texts::{TextIndex, Texts};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -119,10 +120,10 @@ pub const ATTR_LSTRIP: u32 = 1 << 7;
 pub const ATTR_RSTRIP: u32 = 1 << 8;
 
 /// One vocabulary entry.
-#[derive(Debug, Clone)]
-pub struct TokenData {
+#[derive(Debug, Clone, Copy)]
+pub struct TokenData<'a> {
     /// The token's text as stored in the file.
-    pub text: Vec<u8>,
+    pub text: &'a [u8],
     /// Score (SPM/UGM) or 0.
     pub score: f32,
     /// Attribute bits (`ATTR_*`).
@@ -176,8 +177,13 @@ pub const KNOWN_MODELS: &[&str] = &["gpt2", "llama", "bert", "t5", "gemma4"];
 /// The vocabulary and its flags (llama.cpp's `llama_vocab::impl`).
 #[derive(Debug)]
 pub(crate) struct Vocab {
-    pub(crate) tokens: Vec<TokenData>,
-    token_to_id: FxHashMap<Vec<u8>, u32>,
+    /// Token texts as stored in the file, by id.
+    pub(crate) texts: Texts,
+    /// Score of each token (SPM/UGM) or 0.
+    pub(crate) scores: Vec<f32>,
+    /// Attribute bits (`ATTR_*`) of each token.
+    pub(crate) attrs: Vec<u32>,
+    token_to_id: TextIndex,
     pub(crate) special: SpecialIds,
     pub(crate) max_token_len: usize,
     kind: ModelKind,
@@ -200,7 +206,7 @@ pub(crate) struct Vocab {
     /// `<0xXX>` (or raw byte) token of each byte, for SPM/UGM byte fallback.
     byte_tokens: Vec<Option<u32>>,
     /// `token_to_piece(id, special = true)` for every token.
-    pieces: Vec<Vec<u8>>,
+    pieces: Texts,
     eog: BTreeSet<u32>,
     /// SPM: the adjacent symbol pairs of all token texts, built on the first long text
     /// (see `spm::tokenize`).
@@ -210,7 +216,19 @@ pub(crate) struct Vocab {
 impl Vocab {
     #[inline]
     pub(crate) fn text_to_token(&self, t: &[u8]) -> Option<u32> {
-        self.token_to_id.get(t).copied()
+        self.token_to_id.get(&self.texts, t)
+    }
+
+    /// Token `id`'s text as stored in the file.
+    #[inline]
+    pub(crate) fn text(&self, id: u32) -> &[u8] {
+        self.texts.get(id as usize)
+    }
+
+    /// Number of tokens.
+    #[inline]
+    pub(crate) fn n_tokens(&self) -> usize {
+        self.texts.len()
     }
 
     pub(crate) fn spm_pairs(&self) -> Option<&[u64]> {
@@ -239,7 +257,7 @@ impl Vocab {
     }
 
     fn token_to_byte(&self, id: u32) -> u8 {
-        let t = &self.tokens[id as usize].text;
+        let t = self.text(id);
         // strtol of text[3..5] in base 16
         let hex = t.get(3..5).unwrap_or(b"");
         let mut v: u32 = 0;
@@ -254,10 +272,9 @@ impl Vocab {
 
     /// The piece of a token as llama.cpp caches it (`special = true`).
     fn piece_uncached(&self, id: u32) -> Result<Vec<u8>> {
-        let t = &self.tokens[id as usize];
-        let attr = t.attr;
+        let (text, attr) = (self.text(id), self.attrs[id as usize]);
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0 {
-            return Ok(t.text.clone());
+            return Ok(text.to_vec());
         }
         let unescape = |s: &[u8]| -> Vec<u8> {
             let mut out = Vec::with_capacity(s.len());
@@ -277,22 +294,22 @@ impl Vocab {
             ModelKind::Spm | ModelKind::Wpm | ModelKind::Ugm | ModelKind::Bpe => {
                 if attr & ATTR_NORMAL != 0 {
                     if self.kind != ModelKind::Bpe || self.escape_whitespaces {
-                        return Ok(unescape(&t.text));
+                        return Ok(unescape(text));
                     }
                     // each codepoint outside the byte table repeats the whole text: a
                     // long token of them would take quadratic memory
-                    let len = decoded_gpt2_len(&t.text);
-                    if len > MAX_PIECE.max(4 * t.text.len()) {
+                    let len = decoded_gpt2_len(text);
+                    if len > MAX_PIECE.max(4 * text.len()) {
                         return Err(Error::BadMetadata {
                             key: "tokenizer.ggml.tokens".into(),
                             message: format!(
                                 "token {id} ({} bytes) would decode to a {len}-byte piece (each codepoint outside \
                                  the GPT-2 byte table repeats the whole text)",
-                                t.text.len()
+                                text.len()
                             ),
                         });
                     }
-                    let piece = decode_gpt2_text(&t.text);
+                    let piece = decode_gpt2_text(text);
                     debug_assert_eq!(piece.len(), len);
                     return Ok(piece);
                 }
@@ -552,16 +569,27 @@ impl Tokenizer {
                 })
             }
         };
-        let mut tokens = Vec::with_capacity(n);
-        let mut token_to_id: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
-        token_to_id.reserve(n);
+        let too_long = || Error::BadMetadata {
+            key: "tokenizer.ggml.tokens".into(),
+            message: "the token texts pass 4 GiB in all".into(),
+        };
+        let mut texts = Texts::with_capacity(n, words.iter().map(|w| w.len()).sum());
+        let mut token_to_id = TextIndex::with_capacity(n);
+        let mut attrs = Vec::with_capacity(n);
         let mut max_token_len = 0;
         for (i, w) in words.iter().enumerate() {
-            let text = if w.is_empty() { format!("[EMPTY_{i}]").into_bytes() } else { w.clone() };
-            if token_to_id.insert(text.clone(), i as u32).is_some() {
+            let empty;
+            let text: &[u8] = if w.is_empty() {
+                empty = format!("[EMPTY_{i}]").into_bytes();
+                &empty
+            } else {
+                w
+            };
+            texts.push(text).ok_or_else(too_long)?;
+            if token_to_id.insert(&texts, i as u32).is_err() {
                 return Err(Error::BadMetadata {
                     key: "tokenizer.ggml.tokens".into(),
-                    message: format!("duplicate token text {:?} at id {i}", String::from_utf8_lossy(&text)),
+                    message: format!("duplicate token text {:?} at id {i}", String::from_utf8_lossy(text)),
                 });
             }
             max_token_len = max_token_len.max(text.len());
@@ -575,11 +603,15 @@ impl Tokenizer {
                 Some(6) => ATTR_BYTE,
                 Some(_) => 0, // 0: undefined (others are rejected above)
             };
-            tokens.push(TokenData { text, score: scores.as_ref().map_or(0.0, |s| s[i]), attr });
+            attrs.push(attr);
         }
+        texts.shrink_to_fit();
+        let scores = scores.unwrap_or_else(|| vec![0.0; n]);
 
         let mut vocab = Vocab {
-            tokens,
+            texts,
+            scores,
+            attrs,
             token_to_id,
             special: sp,
             max_token_len,
@@ -598,7 +630,7 @@ impl Tokenizer {
             cache_special: Vec::new(),
             special_ac: None,
             byte_tokens: Vec::new(),
-            pieces: Vec::new(),
+            pieces: Texts::default(),
             eog: BTreeSet::new(),
             spm_pairs: std::sync::OnceLock::new(),
         };
@@ -672,13 +704,18 @@ impl Tokenizer {
 
         // special tokens cache, longest first (stable among equal lengths)
         let mut cache: Vec<u32> = (0..n as u32)
-            .filter(|&id| vocab.tokens[id as usize].attr & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
+            .filter(|&id| vocab.attrs[id as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
             .collect();
-        cache.sort_by(|&a, &b| vocab.tokens[b as usize].text.len().cmp(&vocab.tokens[a as usize].text.len()));
-        vocab.special_ac = special_automaton(cache.iter().map(|&id| &vocab.tokens[id as usize].text[..]));
+        cache.sort_by_key(|&id| std::cmp::Reverse(vocab.text(id).len()));
+        vocab.special_ac = special_automaton(cache.iter().map(|&id| vocab.text(id)));
         vocab.cache_special = cache;
         vocab.byte_tokens = (0..=255u8).map(|b| vocab.byte_to_token_slow(b).ok()).collect();
-        vocab.pieces = (0..n as u32).map(|id| vocab.piece_uncached(id)).collect::<Result<_>>()?;
+        let mut pieces = Texts::with_capacity(n, vocab.texts.total_bytes());
+        for id in 0..n as u32 {
+            pieces.push(&vocab.piece_uncached(id)?).ok_or_else(too_long)?;
+        }
+        pieces.shrink_to_fit();
+        vocab.pieces = pieces;
 
         // per-token attributes by model name
         {
@@ -690,24 +727,24 @@ impl Tokenizer {
                 || any(arch, &["nomic-bert-moe", "jina-bert-v3"])
             {
                 if let Some(id) = vocab.text_to_token(b"<mask>") {
-                    vocab.tokens[id as usize].attr |= ATTR_LSTRIP;
+                    vocab.attrs[id as usize] |= ATTR_LSTRIP;
                 }
             } else if any(&name, &["phi-3", "phi3"]) {
                 for i in 0..vocab.cache_special.len() {
                     let id = vocab.cache_special[i];
-                    vocab.tokens[id as usize].attr |= ATTR_RSTRIP;
+                    vocab.attrs[id as usize] |= ATTR_RSTRIP;
                 }
                 if let Some(id) = vocab.text_to_token(b"</s>") {
-                    vocab.tokens[id as usize].attr |= ATTR_RSTRIP;
+                    vocab.attrs[id as usize] |= ATTR_RSTRIP;
                 }
                 for t in ["<unk>", "<s>", "<|endoftext|>"] {
                     if let Some(id) = vocab.text_to_token(t.as_bytes()) {
-                        vocab.tokens[id as usize].attr &= !ATTR_RSTRIP;
+                        vocab.attrs[id as usize] &= !ATTR_RSTRIP;
                     }
                 }
             } else if any(&name, &["modern-bert"]) {
                 if let Some(id) = vocab.text_to_token(b"[MASK]") {
-                    vocab.tokens[id as usize].attr |= ATTR_LSTRIP;
+                    vocab.attrs[id as usize] |= ATTR_LSTRIP;
                 }
             }
         }
@@ -749,7 +786,7 @@ impl Tokenizer {
                 };
                 check_merges(&vocab, merges)?;
                 let compiled = pretok::CompiledPre::new(p.regexes, p.byte_encode)?;
-                Model::Bpe(Box::new(bpe::Bpe::new(merges, compiled, p.kind == "GEMMA4")?))
+                Model::Bpe(Box::new(bpe::Bpe::new(&vocab, merges, compiled, p.kind == "GEMMA4")?))
             }
         };
         Ok(Tokenizer { vocab, model, model_name, pre_name })
@@ -864,11 +901,11 @@ impl Tokenizer {
             if present.as_ref().is_some_and(|p| !p[k]) {
                 continue;
             }
-            let t = &v.tokens[id as usize];
-            if !parse_special && t.attr & (ATTR_CONTROL | ATTR_UNKNOWN) != 0 {
+            let attr = v.attrs[id as usize];
+            if !parse_special && attr & (ATTR_CONTROL | ATTR_UNKNOWN) != 0 {
                 continue;
             }
-            let needle = &t.text[..];
+            let needle = v.text(id);
             if !frags.iter().any(|f| matches!(*f, Frag::Text(s, e) if e - s >= needle.len())) {
                 continue;
             }
@@ -887,7 +924,7 @@ impl Tokenizer {
                     };
                     if m > off {
                         let mut l_end = m;
-                        if t.attr & ATTR_LSTRIP != 0 {
+                        if attr & ATTR_LSTRIP != 0 {
                             while l_end > off && is_space(text[l_end - 1]) {
                                 l_end -= 1;
                             }
@@ -899,7 +936,7 @@ impl Tokenizer {
                     next.push(Frag::Token(id));
                     let mut r = m + needle.len();
                     if r < end {
-                        if t.attr & ATTR_RSTRIP != 0 {
+                        if attr & ATTR_RSTRIP != 0 {
                             while r < end && is_space(text[r]) {
                                 r += 1;
                             }
@@ -922,11 +959,15 @@ impl Tokenizer {
         if !special && t.attr & (ATTR_UNKNOWN | ATTR_CONTROL) != 0 {
             return Ok(Vec::new());
         }
-        Ok(self.vocab.pieces[id as usize].clone())
+        Ok(self.vocab.pieces.get(id as usize).to_vec())
     }
 
-    fn token(&self, id: u32) -> Result<&TokenData> {
-        self.vocab.tokens.get(id as usize).ok_or(Error::TokenOutOfRange { id, n_vocab: self.vocab.tokens.len() })
+    fn token(&self, id: u32) -> Result<TokenData<'_>> {
+        let v = &self.vocab;
+        if id as usize >= v.n_tokens() {
+            return Err(Error::TokenOutOfRange { id, n_vocab: v.n_tokens() });
+        }
+        Ok(TokenData { text: v.text(id), score: v.scores[id as usize], attr: v.attrs[id as usize] })
     }
 
     /// `llama_detokenize`: ids to bytes. `remove_special` drops a leading BOS / trailing
@@ -947,12 +988,11 @@ impl Tokenizer {
         }
         let mut text = Vec::new();
         for &id in ids {
-            let t = &v.tokens[id as usize];
-            if !unparse_special && t.attr & (ATTR_UNKNOWN | ATTR_CONTROL) != 0 {
+            if !unparse_special && v.attrs[id as usize] & (ATTR_UNKNOWN | ATTR_CONTROL) != 0 {
                 remove_space = false;
                 continue;
             }
-            let p = &v.pieces[id as usize];
+            let p = v.pieces.get(id as usize);
             if remove_space && p.first() == Some(&b' ') {
                 text.extend_from_slice(&p[1..]);
             } else {
@@ -968,7 +1008,7 @@ impl Tokenizer {
 
     /// Vocabulary size.
     pub fn n_vocab(&self) -> usize {
-        self.vocab.tokens.len()
+        self.vocab.n_tokens()
     }
     /// BOS id.
     pub fn bos(&self) -> Option<u32> {
@@ -999,7 +1039,7 @@ impl Tokenizer {
         self.vocab.add_eos
     }
     /// A token's entry.
-    pub fn token_data(&self, id: u32) -> Result<&TokenData> {
+    pub fn token_data(&self, id: u32) -> Result<TokenData<'_>> {
         self.token(id)
     }
     /// The id of a token text, if it is one.
@@ -1025,8 +1065,8 @@ impl Vocab {
     /// set. Where llama.cpp walks a hash map (unspecified order) we walk ids in order.
     #[allow(clippy::nonminimal_bool)]
     fn detect_special_texts(&mut self) {
-        let n = self.tokens.len();
-        let set_control = |tokens: &mut Vec<TokenData>, id: u32| tokens[id as usize].attr |= ATTR_CONTROL;
+        let n = self.n_tokens();
+        let set_control = |attrs: &mut Vec<u32>, id: u32| attrs[id as usize] |= ATTR_CONTROL;
         let groups: [(&[&str], u8); 7] = [
             (
                 &[
@@ -1088,7 +1128,7 @@ impl Vocab {
             (&["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"], 6),
         ];
         for id in 0..n as u32 {
-            let text = self.tokens[id as usize].text.clone();
+            let text = self.texts.get(id as usize);
             for (texts, which) in groups.iter() {
                 let slot = match which {
                     0 => &mut self.special.eot,
@@ -1099,20 +1139,20 @@ impl Vocab {
                     5 => &mut self.special.fim_pad,
                     _ => &mut self.special.fim_rep,
                 };
-                if slot.is_none() && texts.iter().any(|t| t.as_bytes() == &text[..]) {
+                if slot.is_none() && texts.iter().any(|t| t.as_bytes() == text) {
                     *slot = Some(id);
-                    set_control(&mut self.tokens, id);
+                    set_control(&mut self.attrs, id);
                 }
             }
-            if self.special.fim_sep.is_none() && &text[..] == b"<|file_sep|>" {
+            if self.special.fim_sep.is_none() && text == b"<|file_sep|>" {
                 self.special.fim_sep = Some(id);
-                set_control(&mut self.tokens, id);
+                set_control(&mut self.attrs, id);
             }
         }
         // unused: control tokens whose text contains "unused"
-        for t in &mut self.tokens {
-            if t.attr & ATTR_CONTROL != 0 && t.attr & ATTR_UNUSED == 0 && find(&t.text, b"unused").is_some() {
-                t.attr |= ATTR_UNUSED;
+        for (id, attr) in self.attrs.iter_mut().enumerate() {
+            if *attr & ATTR_CONTROL != 0 && *attr & ATTR_UNUSED == 0 && find(self.texts.get(id), b"unused").is_some() {
+                *attr |= ATTR_UNUSED;
             }
         }
         let mut eog = BTreeSet::new();
@@ -1120,26 +1160,23 @@ impl Vocab {
             eog.insert(id);
         }
         for id in 0..n as u32 {
-            if EOG_TEXTS.iter().any(|t| t.as_bytes() == &self.tokens[id as usize].text[..]) {
+            if EOG_TEXTS.iter().any(|t| t.as_bytes() == self.texts.get(id as usize)) {
                 eog.insert(id);
-                set_control(&mut self.tokens, id);
+                set_control(&mut self.attrs, id);
             }
         }
         for id in 0..n as u32 {
-            if matches!(
-                &self.tokens[id as usize].text[..],
-                b"<|channel|>" | b"<|message|>" | b"<|start|>" | b"<|constrain|>"
-            ) {
-                self.tokens[id as usize].attr = ATTR_USER_DEFINED;
+            if matches!(self.texts.get(id as usize), b"<|channel|>" | b"<|message|>" | b"<|start|>" | b"<|constrain|>")
+            {
+                self.attrs[id as usize] = ATTR_USER_DEFINED;
             }
         }
         for id in [self.special.eos, self.special.eot, self.special.eom].into_iter().flatten() {
             eog.insert(id);
         }
-        let text_of = |tokens: &Vec<TokenData>, id: u32| tokens[id as usize].text.clone();
         let (mut has_return, mut has_call, mut has_end, mut has_flush, mut end_id) = (false, false, false, false, None);
         for &id in &eog {
-            match &text_of(&self.tokens, id)[..] {
+            match self.texts.get(id as usize) {
                 b"<|return|>" => has_return = true,
                 b"<|call|>" | b"<|calls|>" => has_call = true,
                 b"<|flush|>" => has_flush = true,
@@ -1153,12 +1190,12 @@ impl Vocab {
         if (has_return && has_call && has_end) || (has_call && has_flush && has_end) {
             if let Some(e) = end_id {
                 eog.remove(&e);
-                self.tokens[e as usize].attr = ATTR_USER_DEFINED;
+                self.attrs[e as usize] = ATTR_USER_DEFINED;
             }
         }
         let (mut marker, mut s_id) = (false, None);
         for &id in &eog {
-            match &text_of(&self.tokens, id)[..] {
+            match self.texts.get(id as usize) {
                 b"<|tool_response>" | b"<|plamo:eos|>" => marker = true,
                 b"</s>" => s_id = Some(id),
                 _ => {}
@@ -1166,7 +1203,7 @@ impl Vocab {
         }
         if let (true, Some(s)) = (marker, s_id) {
             eog.remove(&s);
-            self.tokens[s as usize].attr = ATTR_NORMAL;
+            self.attrs[s as usize] = ATTR_NORMAL;
         }
         self.eog = eog;
     }
@@ -1351,7 +1388,7 @@ pub fn drain_utf8(pending: &mut Vec<u8>, flush: bool) -> String {
 
 /// Checks that every merge's parts and result are plausible for the vocabulary: a
 /// merge whose result is not a token means the vocabulary and merges disagree.
-fn check_merges(v: &Vocab, merges: &[Vec<u8>]) -> Result<()> {
+fn check_merges(v: &Vocab, merges: &StringArray) -> Result<()> {
     let mut bad = 0usize;
     let mut first_bad = None;
     for (i, m) in merges.iter().enumerate() {

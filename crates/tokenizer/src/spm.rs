@@ -100,12 +100,12 @@ fn pair_key(a: &[u8], b: &[u8]) -> u64 {
 /// Every pair of adjacent symbols in a token's text, sorted; `None` when some score is
 /// NaN (no cuts then).
 pub(crate) fn adjacent_pairs(vocab: &Vocab) -> Option<Vec<u64>> {
-    if vocab.tokens.iter().any(|t| t.score.is_nan()) {
+    if vocab.scores.iter().any(|s| s.is_nan()) {
         return None;
     }
     let mut keys = Vec::new();
-    for t in &vocab.tokens {
-        let s = &t.text[..];
+    for id in 0..vocab.n_tokens() as u32 {
+        let s = vocab.text(id);
         let mut prev: Option<&[u8]> = None;
         let mut off = 0;
         while off < s.len() {
@@ -151,7 +151,7 @@ fn tokenize_piece(vocab: &Vocab, text: &[u8], out: &mut Vec<u32>) -> Result<(), 
         let size = ls.n + rs.n;
         let t = &text[ls.start as usize..(ls.start + size) as usize];
         let Some(id) = vocab.text_to_token(t) else { return };
-        heap.push(Bigram { left: l, right: r, score: vocab.tokens[id as usize].score, size });
+        heap.push(Bigram { left: l, right: r, score: vocab.scores[id as usize], size });
     }
     for i in 1..sym.len() as i32 {
         try_add(vocab, text, &sym, &mut heap, i - 1, i);

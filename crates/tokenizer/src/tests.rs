@@ -305,7 +305,7 @@ fn malformed_metadata_and_inputs_never_panic() {
     for i in 0..300 {
         let mut md = bases[i % bases.len()].clone();
         match r.next() % 9 {
-            0 => md.set("tokenizer.ggml.tokens", Value::Array(Array::String(vec![]))),
+            0 => md.set("tokenizer.ggml.tokens", Value::Array(Array::String(Default::default()))),
             1 => md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![3; 2]))),
             2 => md.set("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.5; 3]))),
             3 => md.set("tokenizer.ggml.bos_token_id", Value::U32(u32::MAX)),

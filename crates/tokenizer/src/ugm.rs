@@ -90,21 +90,21 @@ impl Ugm {
         let mut max_score = -f32::MAX;
         let mut tokens = Trie::default();
         let mut user_defined = Trie::default();
-        for (id, t) in vocab.tokens.iter().enumerate() {
-            if t.attr & ATTR_NORMAL != 0 {
-                min_score = min_score.min(t.score);
-                max_score = max_score.max(t.score);
+        for (id, (&attr, &score)) in vocab.attrs.iter().zip(&vocab.scores).enumerate() {
+            if attr & ATTR_NORMAL != 0 {
+                min_score = min_score.min(score);
+                max_score = max_score.max(score);
             }
-            if t.attr & (ATTR_NORMAL | ATTR_USER_DEFINED | ATTR_UNUSED) != 0 {
-                tokens.insert(&t.text, id as u32);
+            if attr & (ATTR_NORMAL | ATTR_USER_DEFINED | ATTR_UNUSED) != 0 {
+                tokens.insert(vocab.text(id as u32), id as u32);
             }
-            if t.attr & ATTR_USER_DEFINED != 0 {
-                user_defined.insert(&t.text, 0);
+            if attr & ATTR_USER_DEFINED != 0 {
+                user_defined.insert(vocab.text(id as u32), 0);
             }
         }
         let _ = max_score;
         let unknown_score = min_score - 10.0;
-        let finite = unknown_score.is_finite() && vocab.tokens.iter().all(|t| t.score.is_finite());
+        let finite = unknown_score.is_finite() && vocab.scores.iter().all(|s| s.is_finite());
         Ok(Ugm { xcda, replacements, user_defined, tokens, unknown_score, finite })
     }
 
@@ -236,8 +236,11 @@ impl Ugm {
                     if p - off == nunits {
                         single = true;
                     }
-                    let t = &vocab.tokens[id as usize];
-                    let s = if t.attr & ATTR_USER_DEFINED != 0 { 0.0 } else { t.score as f64 };
+                    let s = if vocab.attrs[id as usize] & ATTR_USER_DEFINED != 0 {
+                        0.0
+                    } else {
+                        vocab.scores[id as usize] as f64
+                    };
                     let ch = cur.score + s;
                     if best.len() <= p - base {
                         best.resize(p - base + 1, unreached);

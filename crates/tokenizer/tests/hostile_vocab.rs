@@ -33,7 +33,7 @@ fn bpe() -> Metadata {
     let mut md = Metadata::new();
     md.set("tokenizer.ggml.model", Value::from("gpt2"));
     md.set("tokenizer.ggml.pre", Value::from("gpt-2"));
-    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks)));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.into())));
     md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     md.set("tokenizer.ggml.merges", strings(&merges));
     md.set("tokenizer.ggml.bos_token_id", Value::U32((n - 2) as u32));
@@ -58,7 +58,7 @@ fn spm(model: &str) -> Metadata {
     }
     let mut md = Metadata::new();
     md.set("tokenizer.ggml.model", Value::from(model));
-    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks)));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.into())));
     md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     md.set("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
     if model == "t5" {
@@ -160,11 +160,12 @@ fn many_nested_control_tokens_load_quickly() {
 #[test]
 fn quadratic_piece_is_refused() {
     let mut md = bpe();
-    let Some(Array::String(mut toks)) = md.get_array("tokenizer.ggml.tokens").cloned() else { unreachable!() };
+    let Some(Array::String(toks)) = md.get_array("tokenizer.ggml.tokens") else { unreachable!() };
+    let mut toks = toks.to_vecs();
     let Some(Array::I32(mut types)) = md.get_array("tokenizer.ggml.token_type").cloned() else { unreachable!() };
     toks.push("€".repeat(100_000).into_bytes());
     types.push(1);
-    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.clone())));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.clone().into())));
     md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types.clone())));
     let t0 = Instant::now();
     let m = err_names(&md, "tokenizer.ggml.tokens");
@@ -173,7 +174,7 @@ fn quadratic_piece_is_refused() {
     // a few such codepoints in a short token are fine (and decode as llama.cpp does)
     toks.pop();
     toks.push("a€b".as_bytes().to_vec());
-    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.clone())));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.clone().into())));
     let t = Tokenizer::from_gguf(&md).unwrap();
     let id = (toks.len() - 1) as u32;
     assert_eq!(t.token_to_piece(id, true).unwrap(), b"a[UNK_BYTE_0xe282aca\xe2\x82\xacb]b");
@@ -206,7 +207,7 @@ fn array_length_mismatches_are_errors() {
 fn wrong_value_types_are_errors() {
     let cases: [(&str, Value); 8] = [
         ("tokenizer.ggml.tokens", Value::Array(Array::I32(vec![1, 2]))),
-        ("tokenizer.ggml.scores", Value::Array(Array::String(vec![b"x".to_vec()]))),
+        ("tokenizer.ggml.scores", Value::Array(Array::String(vec![b"x".to_vec()].into()))),
         ("tokenizer.ggml.token_type", Value::Array(Array::F32(vec![1.0]))),
         ("tokenizer.ggml.merges", Value::Array(Array::U8(vec![1]))),
         ("tokenizer.ggml.add_bos_token", Value::U32(1)),
@@ -248,7 +249,7 @@ fn empty_or_missing_vocabulary_is_an_error() {
     for model in ["gpt2", "llama", "bert", "t5", "gemma4"] {
         let mut md = if model == "gpt2" || model == "gemma4" { bpe() } else { spm("llama") };
         md.set("tokenizer.ggml.model", Value::from(model));
-        md.set("tokenizer.ggml.tokens", Value::Array(Array::String(vec![])));
+        md.set("tokenizer.ggml.tokens", Value::Array(Array::String(Default::default())));
         md.remove("tokenizer.ggml.scores");
         md.remove("tokenizer.ggml.token_type");
         err_names(&md, "tokenizer.ggml.tokens");
@@ -282,9 +283,10 @@ fn unknown_model_and_pre_names_are_named() {
 #[test]
 fn duplicate_token_text_is_an_error() {
     let mut md = bpe();
-    let Some(Array::String(mut toks)) = md.get_array("tokenizer.ggml.tokens").cloned() else { unreachable!() };
+    let Some(Array::String(toks)) = md.get_array("tokenizer.ggml.tokens") else { unreachable!() };
+    let mut toks = toks.to_vecs();
     toks[260] = toks[5].clone();
-    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks)));
+    md.set("tokenizer.ggml.tokens", Value::Array(Array::String(toks.into())));
     err_names(&md, "tokenizer.ggml.tokens");
 }
 

@@ -94,11 +94,15 @@ pub(crate) fn sample() -> Raw {
         .kv("a.u32", 7u32)
         .kv("a.bool", true)
         .kv("a.f32", 1.5f32)
-        .kv("a.strs", Array::String(vec![b"x".to_vec(), b"yz".to_vec(), Vec::new()]))
+        .kv("a.strs", Array::String(vec![b"x".to_vec(), b"yz".to_vec(), Vec::new()].into()))
         .kv("a.bools", Array::Bool(vec![true, false, true]))
         .kv(
             "a.nested",
-            Array::Array(vec![Array::U8(vec![1, 2]), Array::String(vec![b"s".to_vec()]), Array::empty(ValueType::I32)]),
+            Array::Array(vec![
+                Array::U8(vec![1, 2]),
+                Array::String(vec![b"s".to_vec()].into()),
+                Array::empty(ValueType::I32),
+            ]),
         )
         .kv("a.i64s", Array::I64(vec![-1, 2]));
     r.tensor("t.f32", &[4, 2], F32, 0).tensor("t.q8", &[32], Q8_0, 32).tensor("t.f16", &[3], F16, 96);

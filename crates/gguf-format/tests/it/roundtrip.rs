@@ -69,10 +69,10 @@ fn all_values() -> Vec<(String, Value)> {
         Array::I32(vec![i32::MIN, -1, i32::MAX]),
         Array::F32(vec![1.0, -0.0, f32::INFINITY, f32::from_bits(0xffc0_0001)]),
         Array::Bool(vec![true, false, true]),
-        Array::String(vec![b"a".to_vec(), Vec::new(), b"\x80\x81 not utf8".to_vec(), "ü".as_bytes().to_vec()]),
+        Array::String(vec![b"a".to_vec(), Vec::new(), b"\x80\x81 not utf8".to_vec(), "ü".as_bytes().to_vec()].into()),
         Array::Array(vec![
             Array::U32(vec![1, 2]),
-            Array::String(vec![b"x".to_vec()]),
+            Array::String(vec![b"x".to_vec()].into()),
             Array::Array(vec![Array::Bool(vec![false]), Array::empty(ValueType::Array)]),
             Array::empty(ValueType::F64),
         ]),
@@ -85,7 +85,7 @@ fn all_values() -> Vec<(String, Value)> {
     }
     kv.push(("array.nested.max_depth".into(), Value::Array(nested(MAX_ARRAY_DEPTH))));
     let vocab: Vec<Vec<u8>> = (0..300).map(|i| format!("tok{i}").into_bytes()).collect();
-    kv.push(("tokenizer.ggml.tokens".into(), Value::Array(Array::String(vocab))));
+    kv.push(("tokenizer.ggml.tokens".into(), Value::Array(Array::String(vocab.into()))));
     kv
 }
 

@@ -36,7 +36,7 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         w.add_kv(&format!("s.{}", v.value_type().name()), v.clone());
         w.add_kv(&format!("a.{}", v.value_type().name()), Array::empty(v.value_type()));
     }
-    w.add_kv("a.strings", Array::String(vec![b"a".to_vec(), b"\xff".to_vec()]));
+    w.add_kv("a.strings", Array::String(vec![b"a".to_vec(), b"\xff".to_vec()].into()));
     w.add_kv("a.f32", Array::F32(vec![1.0, 2.0]));
     w.add_kv("a.nested", Array::Array(vec![Array::U8(vec![1]), Array::empty(ValueType::Array)]));
     out.push(("values".to_string(), write(w)));
