@@ -4,6 +4,11 @@ this project's `gguf` binary, so it stays true when either changes.
 
     python3 scripts/flag_table.py LLAMA_CPP_SRC GGUF_BIN > /tmp/flags.md
     python3 scripts/flag_table.py LLAMA_CPP_SRC GGUF_BIN --readme README.md   # rewrite in place
+    python3 scripts/flag_table.py LLAMA_CPP_SRC GGUF_BIN --flags-out crates/cli/src/llama_flags.txt
+
+`--flags-out` writes every spelling of every llama.cpp flag (all of arg.cpp's examples and
+llama-bench), one per line: `gguf` uses it to say "a llama.cpp flag not supported here"
+instead of clap's "unexpected argument", and to keep `-nkvo` from being read as `-n kvo`.
 
 Rows: every option `common/arg.cpp` gives llama-cli / llama-completion (examples CLI or
 COMPLETION, or common to all), and every option llama-bench's usage prints. Status:
@@ -205,6 +210,11 @@ def main():
     for flags in bench_options(src):
         lines.append(f"| `{', '.join(flags)}` | {status(flags, bench_flags, short, ignored, unsupported, BENCH_NOTES)} |")
     table = "\n".join(lines) + "\n"
+    if "--flags-out" in sys.argv:
+        every = {f for flags, _, _ in arg_cpp_options(src) for f in flags}
+        every |= {f for flags in bench_options(src) for f in flags}
+        out = Path(sys.argv[sys.argv.index("--flags-out") + 1])
+        out.write_text("".join(f + "\n" for f in sorted(every)))
     if "--readme" in sys.argv:
         readme = Path(sys.argv[sys.argv.index("--readme") + 1])
         text = readme.read_text()

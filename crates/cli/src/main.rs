@@ -97,7 +97,34 @@ const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
     ("-ctv", "--cache-type-v"),
     ("-sys", "--system-prompt"),
     ("-pg", "--pg"),
+    // llama-bench's (accepted by `gguf bench` as lists, with a note where they do nothing here)
+    ("-oe", "--output-err"),
+    ("-nkvo", "--no-kv-offload"),
+    ("-sm", "--split-mode"),
+    ("-mg", "--main-gpu"),
+    ("-ts", "--tensor-split"),
+    ("-ot", "--override-tensor"),
+    ("-embd", "--embeddings"),
+    ("-nopo", "--no-op-offload"),
+    ("-ncmoe", "--n-cpu-moe"),
+    ("-lm", "--load-mode"),
+    ("-lzm", "--lazy-mode"),
+    ("-fitt", "--fit-target"),
+    ("-fitc", "--fit-ctx"),
 ];
+
+/// `gguf bench` takes these as llama-bench's parameter lists (one row per value), where the
+/// other commands drop or refuse them.
+const BENCH_FLAGS: &[(&str, &str)] = &[("-ngl", "--n-gpu-layers"), ("-fa", "--flash-attn"), ("-dev", "--device")];
+
+/// Every spelling of every llama.cpp flag (llama-cli/-completion/-server/... and
+/// llama-bench), written by `scripts/flag_table.py --flags-out`: one this command does not
+/// take is named as such, not as an unknown argument.
+const LLAMA_FLAGS: &str = include_str!("llama_flags.txt");
+
+fn is_llama_flag(flag: &str) -> bool {
+    LLAMA_FLAGS.lines().any(|l| l == flag)
+}
 
 /// llama.cpp flags that do not apply to this CPU engine: dropped with a note (with their
 /// value when they take one), so llama.cpp command lines run unchanged.
@@ -124,12 +151,21 @@ const UNSUPPORTED_FLAGS: &[(&str, &str)] = &[
     ("--conversation", "conversation mode is `gguf chat` (same model and sampling flags)"),
     ("-dev", "only the CPU is supported for now"),
     ("--device", "only the CPU is supported for now"),
+    ("-hff", "downloading from Hugging Face is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("--hf-file", "downloading from Hugging Face is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("-hft", "downloading from Hugging Face is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("--hf-token", "downloading from Hugging Face is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("-hfr", "downloading from Hugging Face is not supported here: use -m FILE or `gguf fetch NAME`"),
+    ("-rpc", "remote (RPC) backends are not supported: everything runs on this machine's CPU"),
+    ("--rpc", "remote (RPC) backends are not supported: everything runs on this machine's CPU"),
 ];
 
 /// The command line with llama.cpp's spellings mapped: multi-letter short flags to long
 /// ones, inapplicable flags dropped with a note; `Err` names an unsupported flag.
 fn llama_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, String> {
     let mut out = Vec::with_capacity(args.len());
+    let command = subcommand(&args).unwrap_or_default();
+    let bench = command == "bench";
     let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
         let s = a.to_str().unwrap_or_default();
@@ -137,6 +173,12 @@ fn llama_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, 
             Some((f, v)) if f.starts_with("--") => (f, Some(v)),
             _ => (s, None),
         };
+        if bench {
+            if let Some((_, long)) = BENCH_FLAGS.iter().find(|(f, long)| *f == s || *long == flag) {
+                out.push(if *long == flag { a } else { long.into() });
+                continue;
+            }
+        }
         if let Some((_, why)) = UNSUPPORTED_FLAGS.iter().find(|(f, _)| *f == flag) {
             return Err(format!("`{flag}` is not supported: {why}"));
         }
@@ -154,10 +196,28 @@ fn llama_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, 
         }
         match LLAMA_SHORT_FLAGS.iter().find(|(f, _)| *f == s) {
             Some((_, long)) => out.push(long.into()),
+            // clap would read `-nkvo` as `-n kvo`: a llama.cpp multi-letter flag not mapped
+            // above is refused by name
+            None if is_multi_letter_short(s) && is_llama_flag(s) => {
+                return Err(format!("`{s}` is a llama.cpp flag that `gguf {command}` does not support"));
+            }
             None => out.push(a),
         }
     }
     Ok(out)
+}
+
+/// `-abc`: one dash and two or more letters (not a number, not `--long`).
+fn is_multi_letter_short(s: &str) -> bool {
+    s.len() > 2
+        && s.starts_with('-')
+        && !s.starts_with("--")
+        && s[1..].bytes().all(|b| b.is_ascii_alphabetic() || b == b'-')
+}
+
+/// The subcommand's name: the first argument after the program that is not a flag.
+fn subcommand(args: &[std::ffi::OsString]) -> Option<String> {
+    args.iter().skip(1).find_map(|a| a.to_str().filter(|s| !s.starts_with('-')).map(str::to_string))
 }
 
 fn main() -> ExitCode {
@@ -168,7 +228,32 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cli = Cli::parse_from(args);
+    let command = subcommand(&args).unwrap_or_default();
+    let typed: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            // an unknown argument that is a llama.cpp flag: say so by name
+            if e.kind() == clap::error::ErrorKind::UnknownArgument {
+                if let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg) {
+                    let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+                    if is_llama_flag(flag) {
+                        // named as typed: `-nkvo`, not the `--no-kv-offload` it was mapped to
+                        let typed = LLAMA_SHORT_FLAGS
+                            .iter()
+                            .find(|(_, l)| *l == flag)
+                            .filter(|(f, _)| typed.iter().any(|t| t == f));
+                        let flag = typed.map_or(flag, |(f, _)| f);
+                        eprintln!(
+                            "error: `{flag}` is a llama.cpp flag that `gguf {command}` does not support (README: \"llama.cpp flags\")"
+                        );
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            e.exit()
+        }
+    };
     // Ctrl-C: the first stops generation cleanly, a second one exits at once (the server
     // handles its signals itself).
     let serving = matches!(cli.command, Command::Serve(_));

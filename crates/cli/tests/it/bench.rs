@@ -373,6 +373,33 @@ fn parameters_without_effect_here_are_accepted_reported_and_noted() {
     assert_eq!(o.stdout, "Available devices:\n  (none)\n");
 }
 
+/// llama-bench's multi-letter short flags reach `gguf bench` as lists (`-fa 0,1` once left
+/// "0,1" as a stray argument; `-nkvo 1` was read as `-n kvo`).
+#[test]
+fn llama_bench_short_flags_take_lists() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    let mp = m.to_str().unwrap();
+    let o = ok(&[
+        "bench", "-m", mp, "-p", "4", "-n", "0", "-r", "1", "-t", "1", "-fa", "0,1", "-ngl", "99", "-nkvo", "0,1",
+        "-o", "jsonl",
+    ]);
+    let rows = jsonl(&o);
+    let got: Vec<(i64, bool, i64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["flash_attn"].as_i64().unwrap(),
+                r["no_kv_offload"].as_bool().unwrap(),
+                r["n_gpu_layers"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // llama-bench's loop order: nkvo outside fa (flash_attn is llama-bench's int: -1 auto, 0, 1)
+    assert_eq!(got, [(0, false, 99), (1, false, 99), (0, true, 99), (1, true, 99)], "{}", o.stdout);
+    assert!(rows.iter().all(|r| r["n_prompt"] == 4));
+}
+
 #[test]
 fn progress_reps_warmup_and_verbose() {
     let d = tempfile::tempdir().unwrap();

@@ -269,7 +269,36 @@ fn llama_cpp_flags_are_understood_or_refused_by_name() {
         let o = gguf(&["run", "-m", ms, flag, "a/b", "-p", "x"]);
         assert_eq!(o.code, 2, "{flag}: {}", o.stderr);
         assert!(o.stderr.contains(what) && o.stderr.starts_with("error: "), "{flag}: {}", o.stderr);
+    } // any other llama.cpp flag is named as one, on every command, long or multi-letter short
+      // (`-nkvo` is not read as `-n kvo`, `-lcs` not as `-l cs`, `-rpc` not as `-r pc`)
+    for (cmd, flag) in [
+        ("run", "--cpu-mask"),
+        ("run", "-lcs"),
+        ("chat", "--keep=4"),
+        ("logits", "--rope-freq-base"),
+        ("tokenize", "-nkvo"),
+        ("perplexity", "--hellaswag"),
+        ("bench", "-rpc"),
+        ("run", "--mmproj"),
+    ] {
+        let o = gguf(&[cmd, "-m", ms, flag, "1", "-p", "x"]);
+        assert_eq!(o.code, 2, "{cmd} {flag}: {}", o.stderr);
+        let name = flag.split('=').next().unwrap();
+        assert!(
+            o.stderr.starts_with("error: ") && o.stderr.contains(&format!("`{}", &name[..3])),
+            "{cmd} {flag}: {}",
+            o.stderr
+        );
+        assert!(
+            o.stderr.contains("not supported") || o.stderr.contains("does not support"),
+            "{cmd} {flag}: {}",
+            o.stderr
+        );
     }
+    // a flag llama.cpp does not have either keeps clap's own message
+    let o = gguf(&["run", "-m", ms, "--no-such-flag", "-p", "x"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("unexpected argument '--no-such-flag'"), "{}", o.stderr);
 }
 
 #[test]
