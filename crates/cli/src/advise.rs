@@ -181,7 +181,6 @@ pub fn run(a: &AdviseArgs) -> Result<()> {
                 output_format: "gguf".into(),
                 chunks: -1,
                 skip_chunks: 0,
-                batch: 2048,
                 in_files: Vec::new(),
                 process_output: false,
                 parse_special: false,

@@ -1301,6 +1301,7 @@ fn load_model(name: Option<&str>) -> Result<Loaded> {
         model: name.map(Into::into),
         threads: None,
         ctx_size: None,
+        batch: 2048,
         ubatch: 512,
         cache_type_k: "f16".into(),
         cache_type_v: "f16".into(),

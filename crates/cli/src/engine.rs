@@ -17,6 +17,15 @@ use crate::sampling::SampleArgs;
 /// Set by the Ctrl-C handler; generation loops poll it.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// A count of at least 1.
+fn positive(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Model and context options shared by the engine commands (llama.cpp's names).
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -31,8 +40,13 @@ pub struct ModelArgs {
     /// `bench` the test's prompt + generated tokens, as llama-bench sizes it).
     #[arg(short = 'c', long = "ctx-size")]
     pub ctx_size: Option<usize>,
-    /// Largest number of tokens evaluated at once.
-    #[arg(long = "ubatch-size", short = 'u', default_value_t = 512)]
+    /// Logical batch size, as llama.cpp's `-b`: at most `min(b, ub)` tokens are evaluated
+    /// at once; `gguf imatrix` evaluates `b / c` chunks together, as llama-imatrix does
+    /// (which fixes the order its squares are summed in).
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048, value_parser = positive)]
+    pub batch: usize,
+    /// Largest number of tokens evaluated at once (physical batch).
+    #[arg(long = "ubatch-size", short = 'u', default_value_t = 512, value_parser = positive)]
     pub ubatch: usize,
     /// K cache type: f16, f32 or q8_0.
     #[arg(long = "cache-type-k", short = 'k', default_value = "f16")]
@@ -84,6 +98,12 @@ pub struct RunArgs {
     /// Print one JSON object (token ids, text, timings) instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Print the prompt before the generated text (the default, as llama-completion).
+    #[arg(long = "display-prompt", overrides_with = "no_display_prompt")]
+    display_prompt: bool,
+    /// Print only the generated text.
+    #[arg(long = "no-display-prompt")]
+    no_display_prompt: bool,
     /// Constrain the output with a GBNF grammar (llama.cpp's syntax; `%llguidance` for Lark).
     #[arg(long, conflicts_with_all = ["grammar_file", "json_schema"])]
     grammar: Option<String>,
@@ -173,7 +193,7 @@ pub(crate) fn state_with_ctx(l: &Loaded, args: &ModelArgs, n_ctx: usize) -> Resu
         n_threads: threads(args.threads)?,
         cache_type_k: CacheType::parse(&args.cache_type_k)?,
         cache_type_v: CacheType::parse(&args.cache_type_v)?,
-        n_ubatch: args.ubatch,
+        n_ubatch: args.ubatch.min(args.batch),
         pool: None,
     };
     let train = l.model.n_ctx_train();
@@ -339,6 +359,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut stream = l.tok.stream_decoder(false);
     let reverse = args.reverse_prompts();
     let mut stdout = std::io::stdout().lock();
+    if !args.json && !args.no_display_prompt {
+        // llama-completion echoes the prompt's pieces (control tokens hidden)
+        for &t in &prompt {
+            stdout.write_all(&l.tok.token_to_piece(t, false)?)?;
+        }
+        stdout.flush()?;
+    }
     let limit = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
     let mut stop_reason = "length";
     let eog = l.tok.eog_ids();

@@ -41,10 +41,6 @@ pub struct ImatrixArgs {
     /// Skip this many chunks at the start of the text.
     #[arg(long = "chunk", default_value_t = 0)]
     pub skip_chunks: usize,
-    /// Logical batch size: `-b / -c` chunks are evaluated together, as llama-imatrix
-    /// does, which fixes the order the squares are summed in.
-    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
-    pub batch: usize,
     /// Earlier imatrix files to add in (repeatable; with no -f they are only merged).
     #[arg(long = "in-file")]
     pub in_files: Vec<PathBuf>,
@@ -335,7 +331,7 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
         // --ubatch-size tokens) take an equal share of each sequence in turn, so every
         // weight sees chunk 0's first share, chunk 1's first share, … Evaluating the
         // chunks' shares in that order on one state per chunk reproduces the sums.
-        let n_seq = (a.batch / n_ctx).max(1);
+        let n_seq = (a.model.batch / n_ctx).max(1);
         let mut states = Vec::new();
         for _ in 0..n_seq.min(n_chunk.max(1)) {
             let mut st = engine::state_with_ctx(&l, &a.model, n_ctx)?;
@@ -344,7 +340,7 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
         }
         let n_vocab = l.model.n_vocab();
         let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
-        eprintln!("computing over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={}, n_seq={n_seq}", a.batch);
+        eprintln!("computing over {n_chunk} chunks, n_ctx={n_ctx}, batch_size={}, n_seq={n_seq}", a.model.batch);
         let t0 = Instant::now();
         let logits_mode = if a.no_ppl { Logits::None } else { Logits::All };
         for i in (0..n_chunk).step_by(n_seq) {

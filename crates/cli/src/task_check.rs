@@ -105,6 +105,7 @@ pub fn run(a: &TaskCheckArgs) -> Result<()> {
             model: Some(m.clone()),
             threads: a.threads,
             ctx_size: Some(a.ctx),
+            batch: 2048,
             ubatch: 512,
             cache_type_k: "f16".into(),
             cache_type_v: "f16".into(),

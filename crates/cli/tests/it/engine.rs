@@ -422,3 +422,43 @@ fn fetch_removes_models_and_cleans_leftovers() {
     assert_eq!(code, Some(1));
     assert!(err.starts_with("error: unknown model \"nope\" (known: "), "{err}");
 }
+
+/// `run` echoes the prompt before the generated text, as llama-completion does;
+/// `--no-display-prompt` prints the generated text only.
+#[test]
+fn run_displays_the_prompt_unless_told_not_to() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let ms = m.to_str().unwrap();
+    let shown = gguf(&["run", "-m", ms, "-p", "abc", "-n", "3", "--temp", "0"]);
+    let hidden = gguf(&["run", "-m", ms, "-p", "abc", "-n", "3", "--temp", "0", "--no-display-prompt"]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert_eq!(hidden.code, 0, "{}", hidden.stderr);
+    assert_eq!(shown.stdout, format!("abc{}", hidden.stdout));
+    assert!(!hidden.stdout.starts_with("abc"), "{:?}", hidden.stdout);
+    let again =
+        gguf(&["run", "-m", ms, "-p", "abc", "-n", "3", "--temp", "0", "--no-display-prompt", "--display-prompt"]);
+    assert_eq!(again.stdout, shown.stdout, "the last of the two wins");
+}
+
+/// `-b` is llama.cpp's logical batch: at most `min(b, ub)` tokens at once, the same tokens
+/// out; 0 is refused naming the flag.
+#[test]
+fn batch_size_is_taken_as_llama_cpp_does() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path(), "llama");
+    let ms = m.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut a = vec!["run", "-m", ms, "-p", "abcdefgh", "-n", "4", "--temp", "0", "--json"];
+        a.extend_from_slice(extra);
+        let o = gguf(&a);
+        assert_eq!(o.code, 0, "{extra:?}: {}", o.stderr);
+        json(&o.stdout)["tokens"].clone()
+    };
+    let base = run(&[]);
+    assert_eq!(run(&["-b", "3"]), base);
+    assert_eq!(run(&["--batch-size", "1", "-ub", "4"]), base);
+    let o = gguf(&["run", "-m", ms, "-p", "x", "-b", "0"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("--batch-size"), "{}", o.stderr);
+}
