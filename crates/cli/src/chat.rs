@@ -42,6 +42,13 @@ pub struct ChatArgs {
     /// End a reply when it contains this text (repeatable).
     #[arg(short = 'r', long = "reverse-prompt")]
     reverse_prompt: Vec<String>,
+    /// The first user message (answered before reading any input), as llama-cli's `-p`
+    /// in conversation mode.
+    #[arg(short = 'p', long = "prompt")]
+    prompt: Option<String>,
+    /// Answer one message (`-p`, else the first input) and exit, as llama-cli's `-st`.
+    #[arg(long = "single-turn")]
+    single_turn: bool,
 }
 
 const HELP: &str = "\
@@ -162,10 +169,21 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     eprintln!("{} — type a message, /help for commands, Ctrl-D to quit.", l.model.describe());
+    let mut first = args.prompt.clone();
+    let mut answered = false;
     loop {
-        eprint!("> ");
-        std::io::stderr().flush()?;
-        let Some(input) = read_input(&mut lines)? else { break };
+        if answered && args.single_turn {
+            break;
+        }
+        let input = match first.take() {
+            Some(p) => p,
+            None => {
+                eprint!("> ");
+                std::io::stderr().flush()?;
+                let Some(input) = read_input(&mut lines)? else { break };
+                input
+            }
+        };
         let line = input.trim();
         if line.is_empty() {
             continue;
@@ -201,6 +219,7 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
         INTERRUPTED.store(false, Ordering::Relaxed);
         messages.push(Message::new("user", &input));
         reply(&l, args, &template, &mut st, &mut sampler, &mut messages, &mut cached)?;
+        answered = true;
     }
     Ok(())
 }

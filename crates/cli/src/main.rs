@@ -103,6 +103,7 @@ const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
     ("-ctv", "--cache-type-v"),
     ("-sys", "--system-prompt"),
     ("-pg", "--pg"),
+    ("-st", "--single-turn"),
     // llama-bench's (accepted by `gguf bench` as lists, with a note where they do nothing here)
     ("-oe", "--output-err"),
     ("-nkvo", "--no-kv-offload"),

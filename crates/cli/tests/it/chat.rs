@@ -74,3 +74,32 @@ fn chat_template_flags_pick_a_template_or_say_why_not() {
     let (code, _, err) = chat(&["-m", p, "-n", "2", "--chat-template-file", f.to_str().unwrap()], "hi\n");
     assert_eq!(code, 0, "{err}");
 }
+
+/// `-p` is the first user message and `-st` ends the chat after one reply, as llama-cli's
+/// conversation mode does; without `-p`, `-st` answers the first input line only.
+#[test]
+fn prompt_and_single_turn() {
+    let d = tempfile::tempdir().unwrap();
+    let m = d.path().join("tiny.gguf");
+    write(&Tiny::new("llama").with_tokenizer(), &m, None, &[]).unwrap();
+    let ms = m.to_str().unwrap();
+    let saved = d.path().join("conv.json");
+    let save = format!("/save {}\n", saved.display());
+    // -p answered first, then the chat goes on reading input
+    let (code, _, err) = chat(&["-m", ms, "-n", "4", "--temp", "0", "-p", "hello"], &format!("again\n{save}"));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let roles: Vec<&str> = v.as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"], "{v}");
+    assert_eq!(v[0]["content"], "hello");
+    // -st: one reply, then exit without reading further (the /save is never reached)
+    std::fs::remove_file(&saved).unwrap();
+    let (code, out, err) = chat(&["-m", ms, "-n", "4", "--temp", "0", "-p", "hello", "-st"], &save);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.is_empty(), "a reply was printed");
+    assert!(!saved.exists(), "input after the single turn is not read");
+    let (code, _, err) = chat(&["-m", ms, "-n", "4", "--temp", "0", "--single-turn"], &format!("hi\n{save}"));
+    assert_eq!(code, 0, "{err}");
+    assert!(!saved.exists(), "only the first input line is answered");
+    assert_eq!(err.matches("> ").count(), 1, "one prompt shown: {err}");
+}
