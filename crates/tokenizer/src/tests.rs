@@ -1,6 +1,7 @@
 //! Hermetic tests on small synthetic vocabularies.
 
 use super::*;
+use crate::decode::clean_spaces;
 use gguf_format::{Array, Metadata, Value};
 
 fn strs(v: &[&str]) -> Array {
