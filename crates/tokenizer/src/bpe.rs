@@ -18,12 +18,18 @@ pub(crate) struct Bpe {
     extra: FxHashMap<Vec<u8>, u32>,
     merges: FxHashMap<(u32, u32), (u32, u32)>,
     pub(crate) pre: CompiledPre,
-    /// The `gemma4` newline rule.
-    pub(crate) gemma4: bool,
+    /// A word of newlines only is one token if the vocabulary has it
+    /// ([`crate::pretok::PreFlags::newline_words_whole`]).
+    pub(crate) newline_words_whole: bool,
 }
 
 impl Bpe {
-    pub(crate) fn new(vocab: &Vocab, merges_list: &StringArray, pre: CompiledPre, gemma4: bool) -> Result<Bpe, Error> {
+    pub(crate) fn new(
+        vocab: &Vocab,
+        merges_list: &StringArray,
+        pre: CompiledPre,
+        newline_words_whole: bool,
+    ) -> Result<Bpe, Error> {
         let mut extra: FxHashMap<Vec<u8>, u32> = FxHashMap::default();
         let mut merges: FxHashMap<(u32, u32), (u32, u32)> = FxHashMap::default();
         merges.reserve(merges_list.len());
@@ -56,7 +62,7 @@ impl Bpe {
         }
         extra.shrink_to_fit();
         merges.shrink_to_fit();
-        Ok(Bpe { extra, merges, pre, gemma4 })
+        Ok(Bpe { extra, merges, pre, newline_words_whole })
     }
 
     #[inline]
@@ -94,7 +100,7 @@ impl Bpe {
         }
         sym.clear();
         heap.clear();
-        let whole = vocab.ignore_merges || (self.gemma4 && word.iter().all(|&b| b == b'\n'));
+        let whole = vocab.ignore_merges || (self.newline_words_whole && word.iter().all(|&b| b == b'\n'));
         if whole {
             if let Some(id) = vocab.text_to_token(word) {
                 out.push(id);

@@ -310,7 +310,7 @@ impl Tokenizer {
         if let Some(v) = get_bool(md, "tokenizer.ggml.add_sep_token")? {
             vocab.add_sep = v;
         }
-        if pre.is_some_and(|p| p.kind == "GEMMA4") && !vocab.add_bos {
+        if pre.is_some_and(|p| p.flags.force_bos) && !vocab.add_bos {
             vocab.add_bos = true;
         }
         vocab.lowercase = get_bool(md, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(!no_lowercase);
@@ -405,7 +405,7 @@ impl Tokenizer {
                 };
                 check_merges(&vocab, merges)?;
                 let compiled = pretok::CompiledPre::new(p.regexes, p.byte_encode)?;
-                Model::Bpe(Box::new(bpe::Bpe::new(&vocab, merges, compiled, p.kind == "GEMMA4")?))
+                Model::Bpe(Box::new(bpe::Bpe::new(&vocab, merges, compiled, p.flags.newline_words_whole)?))
             }
         };
         Ok(Tokenizer { vocab, model, model_name, pre_name })

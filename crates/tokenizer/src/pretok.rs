@@ -28,6 +28,10 @@ pub struct PreFlags {
     pub no_bos: bool,
     /// The BERT normalizer does not lowercase.
     pub no_lowercase: bool,
+    /// BOS is added even when `tokenizer.ggml.add_bos_token` says not to (gemma4).
+    pub force_bos: bool,
+    /// A word made only of newlines is looked up as one token before any merge (gemma4).
+    pub newline_words_whole: bool,
 }
 
 impl PreFlags {
@@ -40,6 +44,8 @@ impl PreFlags {
         escape_whitespaces: false,
         no_bos: false,
         no_lowercase: false,
+        force_bos: false,
+        newline_words_whole: false,
     };
     const fn no_clean(self) -> PreFlags {
         PreFlags { clean_spaces: false, ..self }
@@ -185,7 +191,13 @@ pre!(
     D
 );
 pre!("JAIS2", ["jais-2"], &[JAIS2], D);
-pre!("GEMMA4", ["gemma4", "granite-embed-multi-311m"], &[NEWLINES], PreFlags { escape_whitespaces: true, ..D }, false);
+pre!(
+    "GEMMA4",
+    ["gemma4", "granite-embed-multi-311m"],
+    &[NEWLINES],
+    PreFlags { escape_whitespaces: true, force_bos: true, newline_words_whole: true, ..D },
+    false
+);
 pre!("SARVAM_MOE", ["sarvam-moe"], &[NEWLINES], PreFlags { escape_whitespaces: true, ..D.no_clean() }, false);
 pre!("GPT2", ["jina-v1-en", "jina-v2-code", "roberta-bpe"], &[GPT2], PreFlags { add_sep: true, ..D });
 pre!("WHITESPACE", ["whitespace"], &["\\S+"], PreFlags { no_lowercase: true, ..D }, false);
