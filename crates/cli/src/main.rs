@@ -279,20 +279,32 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // a cause whose text its parent already shows is not repeated
-            let mut line = String::new();
-            for c in e.chain().map(|c| c.to_string()) {
-                if !line.ends_with(&c) {
-                    if !line.is_empty() {
-                        line.push_str(": ");
-                    }
-                    line.push_str(&c);
-                }
-            }
-            eprintln!("error: {line}");
+            eprintln!("error: {}", error_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// One line for an error and its causes, `: `-joined; a cause whose text its parent
+/// already shows is not repeated, nor a path both name ("reading f.gguf: f.gguf: No such
+/// file" reads "reading f.gguf: No such file").
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for c in e.chain().map(|c| c.to_string()) {
+        if line.ends_with(&c) {
+            continue;
+        }
+        let last = line.rsplit(' ').next().unwrap_or_default();
+        let c = match c.strip_prefix(last).and_then(|r| r.strip_prefix(": ")) {
+            Some(rest) if !last.is_empty() => rest.to_string(),
+            _ => c,
+        };
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&c);
+    }
+    line
 }
 
 fn progress(line: &str) {

@@ -462,3 +462,21 @@ fn batch_size_is_taken_as_llama_cpp_does() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("--batch-size"), "{}", o.stderr);
 }
+
+/// One `error:` line per failure, naming the file once and the OS error once.
+#[test]
+fn a_missing_file_is_named_once_with_the_os_error_once() {
+    for args in [
+        &["run", "-m", "/nonexistent/x.gguf", "-p", "hi"][..],
+        &["inspect", "/nonexistent/x.gguf"],
+        &["dequant", "/nonexistent/x.gguf", "t", "-o", "/nonexistent/o.f32"],
+        &["tokenize", "-m", "/nonexistent/x.gguf", "-p", "hi"],
+    ] {
+        let o = gguf(args);
+        assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
+        assert!(o.stderr.starts_with("error: "), "{args:?}: {}", o.stderr);
+        assert_eq!(o.stderr.matches("/nonexistent/x.gguf").count(), 1, "{args:?}: {}", o.stderr);
+        assert_eq!(o.stderr.matches("os error 2").count(), 1, "{args:?}: {}", o.stderr);
+    }
+}
