@@ -1,6 +1,7 @@
 //! Library side of the `gguf` command: the model cache and fetcher shared with `xtask`,
 //! and the `inspect` rendering (so tests can call it without a process).
 
+#![forbid(unsafe_code)]
 use std::io::{BufWriter, Write};
 use std::path::Path;
 

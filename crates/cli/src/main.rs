@@ -1,5 +1,6 @@
 //! `gguf`: inspect, dequantize and (soon) run GGUF model files.
 
+#![forbid(unsafe_code)]
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

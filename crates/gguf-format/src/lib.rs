@@ -22,6 +22,7 @@
 //! the rest of the file readable; only its data view fails.
 //!
 //! Format reference: llama.cpp `ggml/src/gguf.cpp` at commit `0c1e57098`.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod atomic;

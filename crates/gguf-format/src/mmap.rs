@@ -19,6 +19,7 @@ impl Bytes {
         // truncating or rewriting the file while it is mapped is outside what we can
         // guard against (as for every mmap-based loader, llama.cpp's included); our own
         // writer never writes to a file in place (it renames a finished temporary).
+        #[allow(unsafe_code)] // the crate's one `unsafe`: the memory map
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(Bytes::Mapped(map))
     }

@@ -59,6 +59,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod charset;

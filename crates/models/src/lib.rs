@@ -6,6 +6,7 @@
 //! [`transformer::Transformer`], differing only in their [`transformer::Spec`]. Weights
 //! stay quantized in the file's mmap (each shard's, for a split model); `quant_kernels`
 //! computes on them in place.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod arch;

@@ -6,6 +6,7 @@
 //! The reference is `src/llama-quant.cpp` and `tools/quantize/quantize.cpp` of the pinned
 //! llama.cpp (`0c1e57098`): same tensor order, same per-tensor types, same metadata keys
 //! in the same order, same bytes (`cargo xtask verify quantize` compares the files).
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod error;

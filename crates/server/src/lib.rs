@@ -4,6 +4,7 @@
 //! - [`engine`]: the scheduler thread (slots, batching, sampling, stop strings).
 //! - [`api`]: request parsing and response shapes (llama-server's field names).
 //! - [`http`]: the axum router, API keys, body limits, SSE, shutdown.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod api;

@@ -16,6 +16,7 @@
 //! `decode` the two directions, `bpe` / `spm` / `wpm` / `ugm` the per-model algorithms,
 //! `pretok` the pre-tokenizer registry. `inventory` is re-exported for plug-in
 //! pre-tokenizers.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod bpe;
