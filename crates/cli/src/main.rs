@@ -35,7 +35,7 @@ enum Command {
         #[arg(long)]
         full: bool,
     },
-    /// Write one tensor as raw little-endian f32, in stored element order (ne[0] fastest).
+    /// Write one tensor as raw little-endian f32, in stored element order (`ne[0]` fastest).
     Dequant {
         /// The GGUF file.
         file: PathBuf,
@@ -65,7 +65,7 @@ enum Command {
     Run(engine::RunArgs),
     /// Interactive chat using the model's chat template.
     Chat(gguf_cli::chat::ChatArgs),
-    /// Write every position's logits as raw f32 ([n_tokens][n_vocab]).
+    /// Write every position's logits as raw f32 (`[n_tokens][n_vocab]`).
     Logits(engine::LogitsArgs),
     /// Measure prompt processing and generation speed, like llama-bench.
     Bench(gguf_cli::bench::BenchArgs),

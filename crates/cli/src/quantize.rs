@@ -64,7 +64,7 @@ pub struct QuantizeArgs {
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
-    /// IN [OUT] RECIPE [NTHREADS]
+    /// `IN [OUT] RECIPE [NTHREADS]`
     #[arg(num_args = 2..=4, required = true, value_name = "ARGS")]
     pub args: Vec<String>,
 }

@@ -1,6 +1,6 @@
 //! llama-quantize's workflow as a library: pick a [`Recipe`] (a llama.cpp file type such
 //! as `Q4_K_M`), [`plan`] the type of every tensor with llama.cpp's rules and the user's
-//! overrides, then [`write`] the quantized GGUF — streamed tensor by tensor into a
+//! overrides, then [`write()`] the quantized GGUF — streamed tensor by tensor into a
 //! temporary file that is renamed into place only when everything succeeded.
 //!
 //! The reference is `src/llama-quant.cpp` and `tools/quantize/quantize.cpp` of the pinned
@@ -582,7 +582,7 @@ fn check_convertible(
     Ok(())
 }
 
-/// A progress event from [`write`].
+/// A progress event from [`write()`].
 #[derive(Debug, Clone, Copy)]
 pub enum Progress<'a> {
     /// Tensor `index` of `count` starts.
@@ -644,7 +644,7 @@ impl TensorReader {
     }
 }
 
-/// The files [`write`] produces for `out`: `out` itself, or with `--keep-split` on a
+/// The files [`write()`] produces for `out`: `out` itself, or with `--keep-split` on a
 /// split input `PREFIX-0000i-of-0000n.gguf` (`PREFIX` = `out` without `.gguf`).
 pub fn output_paths(plan: &Plan, params: &Params, out: &Path) -> Vec<std::path::PathBuf> {
     if !params.keep_split {

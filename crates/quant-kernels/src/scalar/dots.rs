@@ -100,8 +100,8 @@ fn dot_i8(y: &[u8], at: usize, a: &[i8]) -> i32 {
     a.iter().enumerate().map(|(l, &v)| v as i32 * q8(y, at + l)).sum()
 }
 
-/// `ggml_vec_dot_q2_K_q8_K`: block_q2_K = scales[16] (low nibble scale, high nibble min),
-/// qs[64] (2-bit), fp16 d, fp16 dmin.
+/// `ggml_vec_dot_q2_K_q8_K`: block_q2_K = `scales[16]` (low nibble scale, high nibble min),
+/// `qs[64]` (2-bit), fp16 d, fp16 dmin.
 pub fn q2_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (b, y) in blocks(w, 84, x, Q8_K_BYTES) {
@@ -153,7 +153,7 @@ pub(crate) fn q3_k_scales(s: &[u8]) -> [i8; 16] {
     r
 }
 
-/// `ggml_vec_dot_q3_K_q8_K`: block_q3_K = hmask[32], qs[64], scales[12] (16 × 6 bit), fp16 d.
+/// `ggml_vec_dot_q3_K_q8_K`: block_q3_K = `hmask[32]`, `qs[64]`, `scales[12]` (16 × 6 bit), fp16 d.
 pub fn q3_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (b, y) in blocks(w, 110, x, Q8_K_BYTES) {
@@ -195,7 +195,7 @@ pub(crate) fn scale_min_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// `ggml_vec_dot_q4_K_q8_K`: block_q4_K = fp16 d, fp16 dmin, scales[12], qs[128].
+/// `ggml_vec_dot_q4_K_q8_K`: block_q4_K = fp16 d, fp16 dmin, `scales[12]`, `qs[128]`.
 pub fn q4_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (b, y) in blocks(w, 144, x, Q8_K_BYTES) {
@@ -214,7 +214,7 @@ pub fn q4_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     sumf
 }
 
-/// `ggml_vec_dot_q5_K_q8_K`: block_q5_K = fp16 d, fp16 dmin, scales[12], qh[32], qs[128].
+/// `ggml_vec_dot_q5_K_q8_K`: block_q5_K = fp16 d, fp16 dmin, `scales[12]`, `qh[32]`, `qs[128]`.
 pub fn q5_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (b, y) in blocks(w, 176, x, Q8_K_BYTES) {
@@ -239,7 +239,7 @@ pub fn q5_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     sumf
 }
 
-/// `ggml_vec_dot_q6_K_q8_K`: block_q6_K = ql[128], qh[64], scales[16] (i8), fp16 d; value q − 32.
+/// `ggml_vec_dot_q6_K_q8_K`: block_q6_K = `ql[128]`, `qh[64]`, `scales[16]` (i8), fp16 d; value q − 32.
 pub fn q6_k_q8_k(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut sumf = 0f32;
     for (b, y) in blocks(w, 210, x, Q8_K_BYTES) {
@@ -323,12 +323,12 @@ fn tinyblas_dot(n: usize, elem: impl Fn(&[u8], usize) -> f32, w: &[u8], x: &[u8]
     reduce16(&acc)
 }
 
-/// [`tinyblas_dot`] of f32 rows.
+/// `tinyblas_dot` of f32 rows.
 pub fn f32_f32_tinyblas(n: usize, w: &[u8], x: &[u8]) -> f32 {
     tinyblas_dot(n, |b, i| f32_at(b, 4 * i), w, x)
 }
 
-/// [`tinyblas_dot`] of f16 rows.
+/// `tinyblas_dot` of f16 rows.
 pub fn f16_f16_tinyblas(n: usize, w: &[u8], x: &[u8]) -> f32 {
     tinyblas_dot(n, |b, i| f16_at(b, 2 * i), w, x)
 }
