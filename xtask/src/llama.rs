@@ -216,7 +216,80 @@ llama_fns! {
     llama_batch_free: unsafe extern "C" fn(Batch);
     llama_decode: unsafe extern "C" fn(*mut c_void, Batch) -> i32;
     llama_get_logits_ith: unsafe extern "C" fn(*mut c_void, i32) -> *mut f32;
+    llama_detokenize: unsafe extern "C" fn(*const c_void, *const Token, i32, *mut c_char, i32, bool, bool) -> i32;
+    llama_sampler_chain_default_params: unsafe extern "C" fn() -> SamplerChainParams;
+    llama_sampler_chain_init: unsafe extern "C" fn(SamplerChainParams) -> *mut c_void;
+    llama_sampler_chain_add: unsafe extern "C" fn(*mut c_void, *mut c_void);
+    llama_sampler_apply: unsafe extern "C" fn(*mut c_void, *mut TokenDataArray);
+    llama_sampler_accept: unsafe extern "C" fn(*mut c_void, Token);
+    llama_sampler_free: unsafe extern "C" fn(*mut c_void);
+    llama_sampler_init_logit_bias: unsafe extern "C" fn(i32, i32, *const LogitBias) -> *mut c_void;
+    llama_sampler_init_penalties: unsafe extern "C" fn(i32, i32, f32, f32, f32) -> *mut c_void;
+    llama_sampler_init_dry: unsafe extern "C" fn(*const c_void, f32, f32, i32, i32, *const *const c_char, usize) -> *mut c_void;
+    llama_sampler_init_top_n_sigma: unsafe extern "C" fn(f32) -> *mut c_void;
+    llama_sampler_init_top_k: unsafe extern "C" fn(i32) -> *mut c_void;
+    llama_sampler_init_typical: unsafe extern "C" fn(f32, usize) -> *mut c_void;
+    llama_sampler_init_top_p: unsafe extern "C" fn(f32, usize) -> *mut c_void;
+    llama_sampler_init_min_p: unsafe extern "C" fn(f32, usize) -> *mut c_void;
+    llama_sampler_init_xtc: unsafe extern "C" fn(f32, f32, usize, u32) -> *mut c_void;
+    llama_sampler_init_temp: unsafe extern "C" fn(f32) -> *mut c_void;
+    llama_sampler_init_temp_ext: unsafe extern "C" fn(f32, f32, f32) -> *mut c_void;
+    llama_sampler_init_mirostat: unsafe extern "C" fn(i32, u32, f32, f32, i32) -> *mut c_void;
+    llama_sampler_init_mirostat_v2: unsafe extern "C" fn(u32, f32, f32) -> *mut c_void;
+    llama_sampler_init_adaptive_p: unsafe extern "C" fn(f32, f32, u32) -> *mut c_void;
+    llama_sampler_init_dist: unsafe extern "C" fn(u32) -> *mut c_void;
 }
+
+/// `llama_token_data` (`include/llama.h`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenData {
+    /// Token id.
+    pub id: Token,
+    /// Logit.
+    pub logit: f32,
+    /// Probability.
+    pub p: f32,
+}
+
+const TOKEN_DATA_FIELDS: &[&str] = &["id", "logit", "p"];
+
+/// `llama_token_data_array`.
+#[repr(C)]
+pub struct TokenDataArray {
+    data: *mut TokenData,
+    size: usize,
+    selected: i64,
+    sorted: bool,
+}
+
+const TOKEN_DATA_ARRAY_FIELDS: &[&str] = &["data", "size", "selected", "sorted"];
+
+/// `llama_sampler_chain_params`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SamplerChainParams {
+    no_perf: bool,
+}
+
+const SAMPLER_CHAIN_PARAMS_FIELDS: &[&str] = &["no_perf"];
+
+/// `llama_logit_bias`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LogitBias {
+    token: Token,
+    bias: f32,
+}
+
+const LOGIT_BIAS_FIELDS: &[&str] = &["token", "bias"];
+
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::size_of::<TokenData>() == 12);
+    assert!(std::mem::size_of::<TokenDataArray>() == 32);
+    assert!(std::mem::size_of::<LogitBias>() == 8);
+};
 
 /// `ggml_backend_sched_eval_callback`.
 type EvalCallback = unsafe extern "C" fn(t: *mut c_void, ask: bool, user: *mut c_void) -> bool;
@@ -364,6 +437,10 @@ fn check_header(src: &Path) -> Result<()> {
         ("struct llama_model_params {", MODEL_PARAMS_FIELDS),
         ("struct llama_context_params {", CONTEXT_PARAMS_FIELDS),
         ("typedef struct llama_batch {", BATCH_FIELDS),
+        ("typedef struct llama_token_data {", TOKEN_DATA_FIELDS),
+        ("typedef struct llama_token_data_array {", TOKEN_DATA_ARRAY_FIELDS),
+        ("typedef struct llama_sampler_chain_params {", SAMPLER_CHAIN_PARAMS_FIELDS),
+        ("typedef struct llama_logit_bias {", LOGIT_BIAS_FIELDS),
     ] {
         let theirs =
             header_struct_fields(&header, open).with_context(|| format!("{} declares no `{open}`", path.display()))?;
@@ -442,10 +519,20 @@ impl Llama {
 
     /// Loads a model on the CPU (llama.cpp's default parameters, mmap, no GPU layers).
     pub fn model(&self, path: &Path) -> Result<Model<'_>> {
+        self.model_with(path, false)
+    }
+
+    /// Loads only a model's vocabulary (`vocab_only`): tokenizing, pieces, samplers.
+    pub fn vocab(&self, path: &Path) -> Result<Model<'_>> {
+        self.model_with(path, true)
+    }
+
+    fn model_with(&self, path: &Path, vocab_only: bool) -> Result<Model<'_>> {
         let cpath = CString::new(path.as_os_str().as_encoded_bytes()).context("model path has a NUL byte")?;
         // SAFETY: by-value struct with the checked layout.
         let mut params = unsafe { (self.fns.llama_model_default_params)() };
         params.n_gpu_layers = 0;
+        params.vocab_only = vocab_only;
         if std::env::var_os("XTASK_LLAMA_NO_REPACK").is_some() {
             params.use_extra_bufts = false;
         }
@@ -500,8 +587,39 @@ impl<'a> Model<'a> {
         Ok(toks)
     }
 
+    /// `llama_detokenize` of one token (`remove_special` off): the piece DRY matches
+    /// its sequence breakers against (`special` on there).
+    pub fn detokenize_one(&self, token: Token, special: bool) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; 64];
+        for _ in 0..2 {
+            // SAFETY: one valid token id; `buf` holds `buf.len()` bytes.
+            let n = unsafe {
+                (self.ll.fns.llama_detokenize)(
+                    self.vocab,
+                    &token,
+                    1,
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as i32,
+                    false,
+                    special,
+                )
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return Ok(buf);
+            }
+            buf.resize((-n) as usize, 0);
+        }
+        bail!("llama_detokenize kept asking for a larger buffer")
+    }
+
     /// `llama_tokenize`.
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<Token>> {
+        self.tokenize_bytes(text.as_bytes(), add_special, parse_special)
+    }
+
+    /// `llama_tokenize` of any bytes.
+    pub fn tokenize_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Result<Vec<Token>> {
         let len = i32::try_from(text.len()).context("text longer than 2 GiB")?;
         let mut out = vec![0 as Token; text.len() + 8];
         for _ in 0..2 {
@@ -754,5 +872,144 @@ mod tests {
     fn argmax_takes_first_max() {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
         assert_eq!(argmax(&[f32::NAN, 0.5]), 1);
+    }
+}
+
+/// One sampler of a libllama chain, with the arguments of its `llama_sampler_init_*`.
+#[derive(Debug, Clone)]
+pub enum SamplerSpec {
+    /// `llama_sampler_init_logit_bias(n_vocab, biases)`.
+    LogitBias(i32, Vec<(Token, f32)>),
+    /// `llama_sampler_init_penalties(n_vocab, last_n, repeat, freq, present)`.
+    Penalties(i32, i32, f32, f32, f32),
+    /// `llama_sampler_init_dry(vocab, multiplier, base, allowed_length, last_n, breakers)`;
+    /// the vocabulary is the chain's.
+    Dry(f32, f32, i32, i32, Vec<String>),
+    /// `llama_sampler_init_top_n_sigma(n)`.
+    TopNSigma(f32),
+    /// `llama_sampler_init_top_k(k)`.
+    TopK(i32),
+    /// `llama_sampler_init_typical(p, min_keep)`.
+    Typical(f32, usize),
+    /// `llama_sampler_init_top_p(p, min_keep)`.
+    TopP(f32, usize),
+    /// `llama_sampler_init_min_p(p, min_keep)`.
+    MinP(f32, usize),
+    /// `llama_sampler_init_xtc(p, t, min_keep, seed)`.
+    Xtc(f32, f32, usize, u32),
+    /// `llama_sampler_init_temp(t)`.
+    Temp(f32),
+    /// `llama_sampler_init_temp_ext(t, delta, exponent)`.
+    TempExt(f32, f32, f32),
+    /// `llama_sampler_init_mirostat(n_vocab, seed, tau, eta, m)`.
+    Mirostat(i32, u32, f32, f32, i32),
+    /// `llama_sampler_init_mirostat_v2(seed, tau, eta)`.
+    MirostatV2(u32, f32, f32),
+    /// `llama_sampler_init_adaptive_p(target, decay, seed)`.
+    AdaptiveP(f32, f32, u32),
+    /// `llama_sampler_init_dist(seed)`.
+    Dist(u32),
+}
+
+/// A libllama sampler chain.
+pub struct SamplerChain<'a> {
+    ll: &'a Llama,
+    ptr: *mut c_void,
+}
+
+impl Drop for SamplerChain<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a live chain, freed once (it frees its samplers).
+        unsafe { (self.ll.fns.llama_sampler_free)(self.ptr) }
+    }
+}
+
+/// What one `llama_sampler_apply` left: the candidates from the (possibly advanced) data
+/// pointer, the selected index and the sorted flag.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// `data[0..size]`.
+    pub data: Vec<TokenData>,
+    /// `selected` (-1: none).
+    pub selected: i64,
+    /// `sorted`.
+    pub sorted: bool,
+}
+
+impl Llama {
+    /// A chain of `specs` in order (`llama_sampler_chain_init` + `_add`). `vocab` is the
+    /// model DRY reads its sequence breakers' tokens from (`None`: a DRY with breakers is
+    /// refused).
+    pub fn sampler_chain(&self, specs: &[SamplerSpec], vocab: Option<&Model<'_>>) -> Result<SamplerChain<'_>> {
+        let f = &self.fns;
+        // SAFETY: by-value struct with the checked layout.
+        let mut params = unsafe { (f.llama_sampler_chain_default_params)() };
+        params.no_perf = true;
+        // SAFETY: plain constructor.
+        let chain = SamplerChain { ll: self, ptr: unsafe { (f.llama_sampler_chain_init)(params) } };
+        ensure!(!chain.ptr.is_null(), "llama_sampler_chain_init failed");
+        for spec in specs {
+            // SAFETY: each constructor gets the arguments llama.h declares; pointers live for
+            // the call (the samplers copy what they keep).
+            let s = unsafe {
+                match spec {
+                    SamplerSpec::LogitBias(n, b) => {
+                        let v: Vec<LogitBias> = b.iter().map(|&(token, bias)| LogitBias { token, bias }).collect();
+                        (f.llama_sampler_init_logit_bias)(*n, v.len() as i32, v.as_ptr())
+                    }
+                    &SamplerSpec::Penalties(n, l, r, fr, pr) => (f.llama_sampler_init_penalties)(n, l, r, fr, pr),
+                    SamplerSpec::Dry(m, b, a, n, breakers) => {
+                        let vp = match vocab {
+                            Some(v) => v.vocab,
+                            None if breakers.is_empty() => std::ptr::null(),
+                            None => bail!("a DRY sampler with sequence breakers needs a vocabulary"),
+                        };
+                        let cs: Vec<CString> =
+                            breakers.iter().map(|b| CString::new(b.as_str())).collect::<Result<_, _>>()?;
+                        let ps: Vec<*const c_char> = cs.iter().map(|c| c.as_ptr()).collect();
+                        (f.llama_sampler_init_dry)(vp, *m, *b, *a, *n, ps.as_ptr(), ps.len())
+                    }
+                    &SamplerSpec::TopNSigma(n) => (f.llama_sampler_init_top_n_sigma)(n),
+                    &SamplerSpec::TopK(k) => (f.llama_sampler_init_top_k)(k),
+                    &SamplerSpec::Typical(p, m) => (f.llama_sampler_init_typical)(p, m),
+                    &SamplerSpec::TopP(p, m) => (f.llama_sampler_init_top_p)(p, m),
+                    &SamplerSpec::MinP(p, m) => (f.llama_sampler_init_min_p)(p, m),
+                    &SamplerSpec::Xtc(p, t, m, seed) => (f.llama_sampler_init_xtc)(p, t, m, seed),
+                    &SamplerSpec::Temp(t) => (f.llama_sampler_init_temp)(t),
+                    &SamplerSpec::TempExt(t, d, e) => (f.llama_sampler_init_temp_ext)(t, d, e),
+                    &SamplerSpec::Mirostat(n, seed, tau, eta, m) => {
+                        (f.llama_sampler_init_mirostat)(n, seed, tau, eta, m)
+                    }
+                    &SamplerSpec::MirostatV2(seed, tau, eta) => (f.llama_sampler_init_mirostat_v2)(seed, tau, eta),
+                    &SamplerSpec::AdaptiveP(t, d, seed) => (f.llama_sampler_init_adaptive_p)(t, d, seed),
+                    &SamplerSpec::Dist(seed) => (f.llama_sampler_init_dist)(seed),
+                }
+            };
+            ensure!(!s.is_null(), "libllama refused sampler {spec:?}");
+            // SAFETY: a live chain takes ownership of a live sampler.
+            unsafe { (f.llama_sampler_chain_add)(chain.ptr, s) };
+        }
+        Ok(chain)
+    }
+}
+
+impl SamplerChain<'_> {
+    /// `llama_sampler_apply` over every token of `logits`, in id order, unsorted.
+    pub fn apply(&mut self, logits: &[f32]) -> Applied {
+        let mut buf: Vec<TokenData> =
+            logits.iter().enumerate().map(|(i, &logit)| TokenData { id: i as Token, logit, p: 0.0 }).collect();
+        let mut arr = TokenDataArray { data: buf.as_mut_ptr(), size: buf.len(), selected: -1, sorted: false };
+        // SAFETY: `arr` describes `buf`, which outlives the call; samplers only shrink the
+        // window or move its start within the buffer.
+        unsafe { (self.ll.fns.llama_sampler_apply)(self.ptr, &mut arr) };
+        // SAFETY: the window the samplers left lies inside `buf`.
+        let data = unsafe { std::slice::from_raw_parts(arr.data, arr.size) }.to_vec();
+        Applied { data, selected: arr.selected, sorted: arr.sorted }
+    }
+
+    /// `llama_sampler_accept`.
+    pub fn accept(&mut self, token: Token) {
+        // SAFETY: a live chain.
+        unsafe { (self.ll.fns.llama_sampler_accept)(self.ptr, token) }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! - `fetch-models [NAME...]`: the three real models and the vocab fixtures, into the cache.
 //! - `llama-cpp [--lib-only] [--force]`: llama.cpp from the llama-cpp-python sdist, built into the cache.
-//! - `verify [quants|gguf|requant|quantize|logits|tokenizer|all] [--quick] [--seed N] [--type NAME...]`: comparisons
+//! - `verify [quants|gguf|requant|quantize|logits|tokenizer|sampling|all] [--quick] [--seed N] [--type NAME...]`: comparisons
 //!   against that build; ends with `N passed, M failed` and fails if M > 0.
 //! - `bench-quants [--quick] [--type NAME...]`: ggml-quants vs ggml throughput.
 //!
@@ -44,6 +44,7 @@ commands:
                                     --self-check: llama-quantize vs itself; --plant: ours gets
                                     recipe TO for FROM; GGUF_QUANTIZE_KEEP=1 keeps failing outputs)
   verify tokenizer [--quick]        tokenizer vs libllama: fixtures, >=1 MB corpus, pieces, eog
+  verify sampling [--quick] [--seed N]  sampler chain vs libllama: every sampler, random chains
       --quick                       smaller counts (CI)
       --seed N                      RNG seed (default 0x5eed)
       --type NAME                   only this quant type (repeatable; quants only)
@@ -167,6 +168,10 @@ fn main() {
     }
 }
 
+fn sampling_opts(args: &Args) -> verify::sampling::SampOpts {
+    verify::sampling::SampOpts { quick: args.quick, seed: args.seed }
+}
+
 fn real_main() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = argv.split_first() else {
@@ -230,11 +235,17 @@ fn real_main() -> Result<()> {
                 "tokenizer" => {
                     verify::tokenizer::run(&cache, &verify::tokenizer::TokOpts { quick: args.quick }, &mut report)?
                 }
+                "sampling" => verify::sampling::run(&cache, &sampling_opts(&args), &mut report)?,
                 "all" => {
                     verify::quants::run(&cache, &opts, &mut report)?;
                     verify::gguf::run(&cache, &opts, &mut report)?;
+                    verify::sampling::run(&cache, &sampling_opts(&args), &mut report)?;
                 }
-                other => bail!("verify what? {other:?} (quants, gguf, requant, quantize, logits, tokenizer or all)"),
+                other => {
+                    bail!(
+                        "verify what? {other:?} (quants, gguf, requant, quantize, logits, tokenizer, sampling or all)"
+                    )
+                }
             }
             print!("{}", report.render());
             let (_, failed, _) = report.counts();

@@ -345,7 +345,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if prompt.len() > st.n_ctx() {
         bail!("the prompt is {} tokens, longer than the context of {} (use a larger -c)", prompt.len(), st.n_ctx());
     }
-    let mut sampler = Sampler::new(args.sample.params());
+    let mut sampler = Sampler::with_vocab(args.sample.params(), &crate::sampling::Vocab(&l.tok));
     for &t in &prompt {
         sampler.accept(t);
     }

@@ -502,7 +502,7 @@ impl Scheduler {
         slot.state.truncate(keep);
         slot.cached.truncate(keep);
         slot.aligned_end = slot.aligned_end.min(keep);
-        let mut sampler = Sampler::new(job.params.sampler.clone());
+        let mut sampler = Sampler::with_vocab(job.params.sampler.clone(), &Pieces(&self.tok));
         for &t in &job.prompt {
             sampler.accept(t);
         }
@@ -760,5 +760,20 @@ fn probs_of(tok: &Tokenizer, logits: &[f32], id: u32, n: usize) -> TokenProbs {
             .into_iter()
             .map(|t| (t, tok.token_to_piece(t, true).unwrap_or_default(), lp(logits[t as usize])))
             .collect(),
+    }
+}
+
+/// The tokenizer as the sampler's vocabulary (DRY's sequence breakers).
+struct Pieces<'a>(&'a Tokenizer);
+
+impl models::sampling::SamplerVocab for Pieces<'_> {
+    fn n_tokens(&self) -> usize {
+        self.0.n_vocab()
+    }
+    fn piece(&self, id: u32) -> Vec<u8> {
+        self.0.decode(&[id], false, true).unwrap_or_default()
+    }
+    fn tokenize(&self, text: &[u8]) -> Vec<u32> {
+        self.0.encode_bytes(text, false, false).unwrap_or_default()
     }
 }

@@ -15,6 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use models::sampling::SamplerType;
 use models::{CacheType, SamplerParams};
 use serde_json::{json, Map, Value};
 use tokenizer::chat::{ChatTemplate, Message};
@@ -908,25 +909,96 @@ fn logit_bias(v: Option<&Value>, r: &Ready) -> Result<Vec<(u32, f32)>, Error> {
     Ok(out)
 }
 
-fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Result<Parsed, Error> {
-    let b = Body(m);
+/// llama-server's sampling fields (`server-schema.cpp`): soft limits clamp, hard limits
+/// are a 400, as there.
+fn sampler_params(b: &Body, r: &Ready, seed: u32) -> Result<SamplerParams, Error> {
     let d = SamplerParams::default();
-    let seed = match b.i64("seed")? {
-        Some(s) if s >= 0 && s != u32::MAX as i64 => s as u64,
-        _ => rand::random::<u32>() as u64,
+    let clamp = |v: Option<f32>, lo: f32, hi: f32, dflt: f32| v.map_or(dflt, |x| x.min(hi).max(lo));
+    let hard_i = |key: &str, lo: i64, hi: i64| -> Result<Option<i64>, Error> {
+        match b.i64(key)? {
+            Some(v) if v < lo || v > hi => {
+                Err(Error::Invalid(format!("\"{key}\": value must be between {lo} <= value <= {hi}, but got {v}")))
+            }
+            v => Ok(v),
+        }
     };
-    let sampler = SamplerParams {
-        temp: b.f32("temperature")?.unwrap_or(d.temp),
-        top_k: b.i64("top_k")?.map_or(d.top_k, |k| k.max(0) as usize),
-        top_p: b.f32("top_p")?.unwrap_or(d.top_p),
-        min_p: b.f32("min_p")?.unwrap_or(d.min_p),
+    let adaptive_decay = match b.f32("adaptive_decay")? {
+        Some(v) if !(0.0..=0.99).contains(&v) => {
+            return Err(Error::Invalid(format!(
+                "\"adaptive_decay\": value must be between 0 <= value <= 0.99, but got {v}"
+            )))
+        }
+        v => v.unwrap_or(d.adaptive_decay),
+    };
+    let samplers = match b.get("samplers") {
+        None => d.samplers.clone(),
+        Some(Value::Array(a)) => {
+            let names: Vec<&str> = a
+                .iter()
+                .map(|x| {
+                    x.as_str().ok_or_else(|| Error::Invalid(format!("\"samplers\" entries must be strings, got {x}")))
+                })
+                .collect::<Result<_, _>>()?;
+            SamplerType::parse_names(names).0
+        }
+        Some(Value::String(s)) => SamplerType::parse_letters(s).0,
+        Some(v) => {
+            return Err(Error::Invalid(format!(
+                "\"samplers\" must be a list of sampler names or a string of sampler letters, got {v}"
+            )))
+        }
+    };
+    let dry_sequence_breakers = match b.get("dry_sequence_breakers") {
+        None => d.dry_sequence_breakers.clone(),
+        Some(_) => {
+            let v = b.strings("dry_sequence_breakers")?;
+            if v.is_empty() {
+                return Err(Error::Invalid("\"dry_sequence_breakers\" must be a non-empty array of strings".into()));
+            }
+            v
+        }
+    };
+    Ok(SamplerParams {
+        seed,
+        min_keep: hard_i("min_keep", 0, i32::MAX as i64)?.map_or(d.min_keep, |v| v as usize),
+        temp: clamp(b.f32("temperature")?, 0.0, f32::INFINITY, d.temp),
+        dynatemp_range: b.f32("dynatemp_range")?.unwrap_or(d.dynatemp_range),
+        dynatemp_exponent: b.f32("dynatemp_exponent")?.unwrap_or(d.dynatemp_exponent),
+        top_k: b.i64("top_k")?.map_or(d.top_k, |k| k.clamp(0, i32::MAX as i64) as usize),
+        top_p: clamp(b.f32("top_p")?, 0.0, 1.0, d.top_p),
+        min_p: clamp(b.f32("min_p")?, 0.0, 1.0, d.min_p),
+        typical_p: b.f32("typical_p")?.unwrap_or(d.typical_p),
+        top_n_sigma: b.f32("top_n_sigma")?.unwrap_or(d.top_n_sigma),
+        xtc_probability: clamp(b.f32("xtc_probability")?, 0.0, 1.0, d.xtc_probability),
+        xtc_threshold: clamp(b.f32("xtc_threshold")?, 0.0, 1.0, d.xtc_threshold),
         repeat_penalty: b.f32("repeat_penalty")?.unwrap_or(d.repeat_penalty),
         repeat_last_n: b.i64("repeat_last_n")?.map_or(d.repeat_last_n, |n| if n < 0 { usize::MAX } else { n as usize }),
-        frequency_penalty: b.f32("frequency_penalty")?.unwrap_or(0.0),
-        presence_penalty: b.f32("presence_penalty")?.unwrap_or(0.0),
+        frequency_penalty: b.f32("frequency_penalty")?.unwrap_or(d.frequency_penalty),
+        presence_penalty: b.f32("presence_penalty")?.unwrap_or(d.presence_penalty),
+        dry_multiplier: b.f32("dry_multiplier")?.unwrap_or(d.dry_multiplier),
+        dry_base: b.f32("dry_base")?.map_or(d.dry_base, |v| if v < 1.0 { d.dry_base } else { v }),
+        dry_allowed_length: hard_i("dry_allowed_length", 0, i32::MAX as i64)?
+            .map_or(d.dry_allowed_length, |v| v as i32),
+        dry_penalty_last_n: hard_i("dry_penalty_last_n", 0, i32::MAX as i64)?
+            .map_or(d.dry_penalty_last_n, |v| v as usize),
+        dry_sequence_breakers,
+        mirostat: b.i64("mirostat")?.map_or(d.mirostat, |m| m.clamp(0, 2) as u8),
+        mirostat_tau: b.f32("mirostat_tau")?.unwrap_or(d.mirostat_tau),
+        mirostat_eta: b.f32("mirostat_eta")?.unwrap_or(d.mirostat_eta),
+        adaptive_target: clamp(b.f32("adaptive_target")?, -f32::MAX, 1.0, d.adaptive_target),
+        adaptive_decay,
         logit_bias: logit_bias(b.get("logit_bias"), r)?,
-        seed,
+        samplers,
+    })
+}
+
+fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Result<Parsed, Error> {
+    let b = Body(m);
+    let seed = match b.i64("seed")? {
+        Some(s) if s >= 0 && s != u32::MAX as i64 => s as u32,
+        _ => rand::random::<u32>(),
     };
+    let sampler = sampler_params(&b, r, seed)?;
     let n_predict = match kind {
         Kind::Llama => b.i64("n_predict")?,
         _ => match b.i64("max_completion_tokens")? {
@@ -990,6 +1062,24 @@ fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Res
         "repeat_last_n": sampler.repeat_last_n,
         "presence_penalty": sampler.presence_penalty,
         "frequency_penalty": sampler.frequency_penalty,
+        "dynatemp_range": sampler.dynatemp_range,
+        "dynatemp_exponent": sampler.dynatemp_exponent,
+        "top_n_sigma": sampler.top_n_sigma,
+        "xtc_probability": sampler.xtc_probability,
+        "xtc_threshold": sampler.xtc_threshold,
+        "typical_p": sampler.typical_p,
+        "dry_multiplier": sampler.dry_multiplier,
+        "dry_base": sampler.dry_base,
+        "dry_allowed_length": sampler.dry_allowed_length,
+        "dry_penalty_last_n": sampler.dry_penalty_last_n,
+        "dry_sequence_breakers": sampler.dry_sequence_breakers,
+        "mirostat": sampler.mirostat,
+        "mirostat_tau": sampler.mirostat_tau,
+        "mirostat_eta": sampler.mirostat_eta,
+        "adaptive_target": sampler.adaptive_target,
+        "adaptive_decay": sampler.adaptive_decay,
+        "min_keep": sampler.min_keep,
+        "samplers": sampler.samplers.iter().map(|t| t.name()).collect::<Vec<_>>(),
         "n_probs": n_probs,
         "stream": stream,
     });

@@ -536,3 +536,60 @@ fn a_model_that_fails_to_load_stops_the_server_with_its_error() {
     let err = h.stop().unwrap_err().to_string();
     assert!(err.contains("bad.gguf") && err.contains("GGUF"), "{err}");
 }
+
+/// llama-server's sampling fields: the chain order (`samplers` as names or letters), the
+/// new samplers, both `logit_bias` forms, and a 400 for a field of the wrong type or out
+/// of its hard range.
+#[test]
+fn sampling_fields_shape_the_chain() {
+    let s = start(|c| c.n_parallel = 1);
+    let content = |extra: Value| {
+        let mut body = json!({"prompt": "abc", "n_predict": 8, "ignore_eos": true, "seed": 5});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (code, v) = s.post("/completion", &body);
+        assert_eq!(code, 200, "{v}");
+        v["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect::<Vec<u64>>()
+    };
+    let greedy = content(json!({"temperature": 0}));
+    assert_eq!(content(json!({"samplers": ["top_k"], "top_k": 1, "temperature": 3})), greedy);
+    assert_eq!(content(json!({"samplers": "k", "top_k": 1, "temperature": 3})), greedy);
+    let hot = json!({"temperature": 2, "top_k": 0, "top_p": 1, "min_p": 0});
+    let plain = content(hot.clone());
+    assert_eq!(content(hot.clone()), plain, "a seed fixes the draws");
+    for extra in [
+        json!({"mirostat": 2, "mirostat_tau": 3, "mirostat_eta": 0.2}),
+        json!({"typical_p": 0.3}),
+        json!({"top_n_sigma": 0.5}),
+        json!({"xtc_probability": 1, "xtc_threshold": 0.001}),
+        json!({"dynatemp_range": 1.9, "dynatemp_exponent": 2}),
+        json!({"samplers": ["adaptive_p"], "adaptive_target": 0.1}),
+        json!({"dry_multiplier": 50, "dry_allowed_length": 0, "dry_sequence_breakers": ["\n"]}),
+    ] {
+        let mut body = hot.clone();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        assert_ne!(content(body), plain, "{extra} changed nothing");
+    }
+    // the greedy first token, banned in either logit_bias form, is never chosen
+    let first = greedy[0];
+    for bias in [json!([[first, false]]), json!({ first.to_string(): false })] {
+        let t = content(json!({"temperature": 0, "logit_bias": bias}));
+        assert!(!t.contains(&first), "{bias}: {t:?}");
+    }
+    for bad in [
+        json!({"mirostat": "two"}),
+        json!({"dry_sequence_breakers": []}),
+        json!({"dry_sequence_breakers": [1]}),
+        json!({"samplers": 5}),
+        json!({"samplers": [1]}),
+        json!({"min_keep": -1}),
+        json!({"dry_penalty_last_n": -1}),
+        json!({"adaptive_decay": 2}),
+        json!({"xtc_probability": "high"}),
+    ] {
+        let mut body = json!({"prompt": "abc", "n_predict": 1});
+        body.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
+        let (code, v) = s.post("/completion", &body);
+        assert_eq!(code, 400, "{bad}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    }
+}

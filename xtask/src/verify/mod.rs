@@ -9,6 +9,7 @@ pub mod logits;
 pub mod quantize;
 pub mod quants;
 pub mod requant;
+pub mod sampling;
 pub mod tokenizer;
 
 use std::fmt::Write as _;
