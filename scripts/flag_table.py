@@ -13,7 +13,7 @@ instead of clap's "unexpected argument", and to keep `-nkvo` from being read as 
 Rows: every option `common/arg.cpp` gives llama-cli / llama-completion (examples CLI or
 COMPLETION, or common to all), and every option llama-bench's usage prints. Status:
 "same" when `gguf run`/`gguf chat` (or `gguf bench`) take the flag by that name, "ignored"
-when it is accepted and dropped with a note (`IGNORED_FLAGS` in crates/cli/src/main.rs),
+when it is accepted and dropped with a note (`IGNORED_FLAGS` in crates/cli/src/app.rs),
 "not supported" (an error naming it, or unknown to clap), with `NOTES` for what differs.
 """
 import re
@@ -161,7 +161,7 @@ def our_flags(binary: str, *commands: str):
 
 
 def cli_tables(repo: Path):
-    main = (repo / "crates/cli/src/main.rs").read_text()
+    main = (repo / "crates/cli/src/app.rs").read_text()
 
     def table(name):
         body = main[main.find(f"const {name}"):]

@@ -1,5 +1,7 @@
-//! Library side of the `gguf` command: the model cache and fetcher shared with `xtask`,
-//! and the `inspect` rendering (so tests can call it without a process).
+//! The `gguf` command as a library: [`main`] is the whole command line (a crate rebuilds
+//! `gguf` with its own plug-ins by calling it from its `fn main`), and the modules behind
+//! it — the model cache and fetcher shared with `xtask`, `inspect`'s rendering, the engine
+//! commands — can be called without a process.
 
 #![forbid(unsafe_code)]
 use std::io::{BufWriter, Write};
@@ -9,6 +11,8 @@ use anyhow::{Context, Result};
 use gguf_format::SplitGguf;
 
 pub mod advise;
+mod app;
+pub use app::main;
 pub mod bench;
 pub mod chat;
 pub mod engine;

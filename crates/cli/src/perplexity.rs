@@ -27,10 +27,6 @@ pub struct PerplexityArgs {
     /// The text to score.
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
-    /// Logical batch size (accepted for llama-perplexity compatibility; chunks are
-    /// evaluated one at a time, in `--ubatch-size` pieces).
-    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
-    pub batch: usize,
     /// Score at most this many chunks (-1 = all).
     #[arg(long = "chunks", default_value_t = -1, allow_hyphen_values = true)]
     pub chunks: i64,

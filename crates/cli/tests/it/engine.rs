@@ -480,3 +480,26 @@ fn a_missing_file_is_named_once_with_the_os_error_once() {
         assert_eq!(o.stderr.matches("os error 2").count(), 1, "{args:?}: {}", o.stderr);
     }
 }
+
+/// Every command's arguments are consistent (clap checks names and shorts when it builds a
+/// command: two flags named `batch` once panicked `gguf perplexity` on every call).
+#[test]
+fn every_command_builds_and_prints_its_help() {
+    let top = gguf(&["--help"]);
+    assert_eq!(top.code, 0, "{}", top.stderr);
+    let commands: Vec<String> = top
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 20, "{commands:?}");
+    for c in &commands {
+        let o = gguf(&[c, "--help"]);
+        assert_eq!(o.code, 0, "gguf {c} --help: {}", o.stderr);
+        assert!(o.stdout.contains("Usage: gguf"), "gguf {c} --help: {}", o.stdout);
+    }
+}
