@@ -50,3 +50,37 @@ fn gguf_roundtrip_through_the_registry() {
     assert_eq!(json["tensors"][0]["type"], "q8_demo");
     assert_eq!(json["type_mix"]["q8_demo"]["tensors"], 1);
 }
+
+/// The rebuilt `gguf` (this crate's `gguf-custom-quant`, `fn main` = `gguf_cli::main()`)
+/// lists the plug-in type and reads a file that uses it, end to end through the binary.
+#[test]
+fn a_rebuilt_gguf_binary_knows_the_plugin() {
+    let bin = env!("CARGO_BIN_EXE_gguf-custom-quant");
+    let out = std::process::Command::new(bin).arg("types").output().unwrap();
+    assert!(out.status.success());
+    let types = String::from_utf8_lossy(&out.stdout);
+    let row = types.lines().find(|l| l.contains("q8_demo")).unwrap_or_else(|| panic!("{types}"));
+    assert!(row.trim_start().starts_with(&Q8_DEMO_ID.to_string()), "{row}");
+    assert!(types.lines().any(|l| l.contains(" q4_K ")), "the built-ins too: {types}");
+
+    let t = ggml_quants::by_id(Q8_DEMO_ID).unwrap();
+    let x = data(64 * 2);
+    let q = t.quantize_to_vec(&x, 64, None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.gguf");
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", "demo");
+    w.add_tensor("demo.weight", &[64, 2], Q8_DEMO_ID, &q).unwrap();
+    w.write_to_path(&path).unwrap();
+    let out = std::process::Command::new(bin).arg("inspect").arg(&path).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tensors"][0]["type"], "q8_demo");
+    let f32_out = dir.path().join("w.f32");
+    let out = std::process::Command::new(bin)
+        .args(["dequant", path.to_str().unwrap(), "demo.weight", "-o", f32_out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&f32_out).unwrap().len(), 64 * 2 * 4);
+}
