@@ -10,7 +10,7 @@
 //!
 //! Each sampler is one module with llama.cpp's float arithmetic (float sums, `expf`,
 //! double where llama.cpp uses double), its sorting (libstdc++'s `std::sort` /
-//! `std::partial_sort` and llama.cpp's bucket sort, [`sort`]) and its randomness
+//! `std::partial_sort` and llama.cpp's bucket sort, `sort`) and its randomness
 //! (`std::mt19937` with libstdc++'s distributions, [`rng`]), so a seed draws the same
 //! tokens as llama.cpp's. `cargo xtask verify sampling` compares with libllama.
 
