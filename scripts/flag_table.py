@@ -59,6 +59,9 @@ NOTES = {
 
 # llama-bench's flags, where they differ from the CLI's.
 BENCH_NOTES = {
+    "-ngl": "accepted as a list (rows report it as asked, with a note): every layer runs on the CPU",
+    "-fa": "same: lists of 0/1/on/off/auto, reported as asked; attention always follows llama.cpp's CPU flash attention",
+    "-dev": "accepted: `auto` or `none` only (the CPU)",
     "-p": "same: lists and ranges (0 = skip)",
     "-n": "same: lists and ranges (0 = skip)",
     "-pg": "same",
@@ -75,9 +78,6 @@ BENCH_NOTES = {
     "-v": "same (this engine's own log lines)",
     "--progress": "same (the lines start with `gguf bench:`)",
     "--list-devices": "same (no devices besides the CPU)",
-    "-ngl": "ignored: every layer runs on the CPU",
-    "-fa": "ignored: attention always follows llama.cpp's CPU flash attention",
-    "-dev": "not supported: only the CPU for now",
     "-hf": "not supported: use -m FILE or `gguf fetch`",
     "--numa": "accepted with a note: no effect here",
     "--prio": "accepted with a note: no effect here",
@@ -168,12 +168,13 @@ def cli_tables(repo: Path):
         body = body[:body.find("];")]
         return set(re.findall(r'\(\s*"(-[^"]+)"', body))
 
-    return table("LLAMA_SHORT_FLAGS"), table("IGNORED_FLAGS"), table("UNSUPPORTED_FLAGS")
+    # BENCH_FLAGS: the ones `gguf bench` maps to its own long flags
+    return table("LLAMA_SHORT_FLAGS") | table("BENCH_FLAGS"), table("IGNORED_FLAGS"), table("UNSUPPORTED_FLAGS")
 
 
 def status(flags, ours, short, ignored, unsupported, notes=NOTES):
     key = next((f for f in flags if f in notes), None)
-    taken = [f for f in flags if f in ours]
+    taken = [f for f in flags if f in ours or f in short]
     if key:
         s = notes[key]
     elif any(f in unsupported for f in flags):
