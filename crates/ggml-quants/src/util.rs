@@ -350,6 +350,12 @@ fn make_qkx_quants_impl(
     use_mad: bool,
     qkx3: bool,
 ) -> f32 {
+    if n == 32 && nstep >= 1 {
+        return qkx_fixed::<32>(nmax, x, weights, l, the_min, laux, rmin, rdelta, nstep, use_mad, qkx3);
+    }
+    if n == 16 && nstep >= 1 {
+        return qkx_fixed::<16>(nmax, x, weights, l, the_min, laux, rmin, rdelta, nstep, use_mad, qkx3);
+    }
     let x = &x[..n];
     let w = |i: usize| -> f32 {
         match weights {
@@ -433,6 +439,134 @@ fn make_qkx_quants_impl(
             }
         }
     }
+    *the_min = -min;
+    scale
+}
+
+/// `clamp(nearest_int(iscale * (x[i] - min)), 0, nmax)` for every element: the element-wise
+/// part of the qkx searches, kept apart from the sequential sums so that it vectorizes.
+#[inline(always)]
+fn qkx_codes<const N: usize>(iscale: f32, min: f32, nmax: i32, x: &[f32; N], out: &mut [u8; N]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
+    }
+}
+
+/// `sum over i of w[i] * diff(scale * l[i] + min - x[i])` in C's order, where `diff` is
+/// `|d|` (`use_mad`) or `d * d`: the products are formed element-wise first, then added
+/// one after the other as the C loop does.
+#[inline(always)]
+fn qkx_error<const N: usize>(scale: f32, min: f32, x: &[f32; N], w: &[f32; N], l: &[u8; N], use_mad: bool) -> f32 {
+    let mut e = [0f32; N];
+    for i in 0..N {
+        let mut diff = scale * l[i] as f32 + min - x[i];
+        diff = if use_mad { diff.abs() } else { diff * diff };
+        e[i] = w[i] * diff;
+    }
+    let mut err = 0f32;
+    for &v in &e {
+        err += v;
+    }
+    err
+}
+
+/// [`make_qkx_quants_impl`] for a group of exactly `N` (16 or 32) with `nstep >= 1`: the
+/// same operations on the same values in the same order, restructured so that the
+/// element-wise work runs on whole arrays and only the additions C does one by one stay
+/// one by one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn qkx_fixed<const N: usize>(
+    nmax: i32,
+    x: &[f32],
+    weights: Option<&[f32]>,
+    l: &mut [u8],
+    the_min: &mut f32,
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+    qkx3: bool,
+) -> f32 {
+    let x: &[f32; N] = x[..N].try_into().unwrap();
+    let l: &mut [u8; N] = (&mut l[..N]).try_into().unwrap();
+    let mut w = [0f32; N];
+    match weights {
+        Some(ws) => w.copy_from_slice(&ws[..N]),
+        None => {
+            for (w, &v) in w.iter_mut().zip(x) {
+                *w = v * v;
+            }
+        }
+    }
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = w[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..N {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    let degenerate = if qkx3 { max <= min } else { max == min };
+    if degenerate {
+        l.fill(0);
+        *the_min = -min;
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let iscale = nmaxf / (max - min);
+    let mut scale = 1.0 / iscale;
+    qkx_codes(iscale, min, nmax, x, l);
+    let mut best_error = qkx_error(scale, min, x, &w, l, use_mad);
+    let mut cand = [0u8; N];
+    let mut a = [0f32; N];
+    let mut b = [0f32; N];
+    let mut c = [0f32; N];
+    for is in 0..=nstep {
+        let iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
+        qkx_codes(iscale, min, nmax, x, &mut cand);
+        for i in 0..N {
+            let wl = w[i] * cand[i] as f32;
+            a[i] = wl;
+            b[i] = wl * cand[i] as f32;
+            c[i] = wl * x[i];
+        }
+        let mut sum_l = 0f32;
+        let mut sum_l2 = 0f32;
+        let mut sum_xl = 0f32;
+        for i in 0..N {
+            sum_l += a[i];
+            sum_l2 += b[i];
+            sum_xl += c[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let cur_error = qkx_error(this_scale, this_min, x, &w, &cand, use_mad);
+            if cur_error < best_error {
+                *l = cand;
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    laux[..N].copy_from_slice(&cand);
     *the_min = -min;
     scale
 }
