@@ -160,7 +160,7 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
     let l = load(&args.model)?;
     let template = template(&l, args)?;
     let mut st = state(&l, &args.model)?;
-    let mut sampler = Sampler::with_vocab(args.sample.params(), &crate::sampling::Vocab(&l.tok));
+    let mut sampler = crate::sampling::sampler(&args.sample, &l.tok);
     let mut messages: Vec<Message> = Vec::new();
     if let Some(s) = &args.system {
         messages.push(Message::new("system", s));

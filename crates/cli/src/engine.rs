@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use models::{CacheType, Logits, Model, Sampler, State, StateOptions};
+use models::{CacheType, Logits, Model, State, StateOptions};
 use tokenizer::Tokenizer;
 
 use crate::fetch;
@@ -345,7 +345,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if prompt.len() > st.n_ctx() {
         bail!("the prompt is {} tokens, longer than the context of {} (use a larger -c)", prompt.len(), st.n_ctx());
     }
-    let mut sampler = Sampler::with_vocab(args.sample.params(), &crate::sampling::Vocab(&l.tok));
+    let mut sampler = crate::sampling::sampler(&args.sample, &l.tok);
     for &t in &prompt {
         sampler.accept(t);
     }

@@ -2,7 +2,7 @@
 //! sampler settings they make.
 
 use clap::Args;
-use models::sampling::{SamplerType, SamplerVocab, DEFAULT_SEED};
+use models::sampling::{SamplerType, DEFAULT_SEED};
 use models::SamplerParams;
 
 /// The engine's sampler, for tools that drive it directly (`cargo xtask verify sampling`).
@@ -219,24 +219,9 @@ impl SampleArgs {
     }
 }
 
-/// The tokenizer as the sampler's vocabulary (DRY's sequence breakers).
-pub struct Vocab<'a>(pub &'a tokenizer::Tokenizer);
-
-impl SamplerVocab for Vocab<'_> {
-    fn n_tokens(&self) -> usize {
-        self.0.n_vocab()
-    }
-    fn piece(&self, id: u32) -> Vec<u8> {
-        self.0.decode(&[id], false, true).unwrap_or_default()
-    }
-    fn tokenize(&self, text: &[u8]) -> Vec<u32> {
-        self.0.encode_bytes(text, false, false).unwrap_or_default()
-    }
-}
-
 /// The sampler chain of `args` for the model of `tok`.
 pub fn sampler(args: &SampleArgs, tok: &tokenizer::Tokenizer) -> models::Sampler {
-    models::Sampler::with_vocab(args.params(), &Vocab(tok))
+    models::Sampler::with_vocab(args.params(), &server::engine::Pieces(tok))
 }
 
 #[cfg(test)]

@@ -515,18 +515,10 @@ fn truncate(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// The input's own file type (for `COPY`): `general.file_type`, else guessed from the
-/// most common tensor type as llama.cpp's loader does (`| LLAMA_FTYPE_GUESSED`).
-fn input_ftype(file: &SplitGguf) -> u32 {
-    if let Some(v) = file.metadata().get_u64("general.file_type") {
-        return v as u32;
-    }
-    let mut counts = std::collections::BTreeMap::<u32, usize>::new();
-    for t in file.tensors() {
-        *counts.entry(t.type_id).or_default() += 1;
-    }
-    let top = counts.iter().max_by_key(|(id, n)| (**n, std::cmp::Reverse(**id))).map(|(id, _)| *id).unwrap_or(0);
-    let f = match top {
+/// The `llama_ftype` a tensor type stands for when a file's type is guessed from its most
+/// common tensor type (llama.cpp's `llama_model_loader`; 0, all F32, for a type with none).
+pub fn ftype_of_type(type_id: u32) -> u32 {
+    match type_id {
         0 => 0,
         1 => 1,
         30 => 32,
@@ -553,8 +545,21 @@ fn input_ftype(file: &SplitGguf) -> u32 {
         35 => 37,
         39 => 38,
         _ => 0,
-    };
-    f | 1024
+    }
+}
+
+/// The input's own file type (for `COPY`): `general.file_type`, else guessed from the
+/// most common tensor type as llama.cpp's loader does (`| LLAMA_FTYPE_GUESSED`).
+fn input_ftype(file: &SplitGguf) -> u32 {
+    if let Some(v) = file.metadata().get_u64("general.file_type") {
+        return v as u32;
+    }
+    let mut counts = std::collections::BTreeMap::<u32, usize>::new();
+    for t in file.tensors() {
+        *counts.entry(t.type_id).or_default() += 1;
+    }
+    let top = counts.iter().max_by_key(|(id, n)| (**n, std::cmp::Reverse(**id))).map(|(id, _)| *id).unwrap_or(0);
+    ftype_of_type(top) | 1024
 }
 
 fn check_convertible(

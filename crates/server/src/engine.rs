@@ -763,8 +763,9 @@ fn probs_of(tok: &Tokenizer, logits: &[f32], id: u32, n: usize) -> TokenProbs {
     }
 }
 
-/// The tokenizer as the sampler's vocabulary (DRY's sequence breakers).
-struct Pieces<'a>(&'a Tokenizer);
+/// The tokenizer as the sampler's vocabulary (DRY's sequence breakers); `gguf run` and
+/// `gguf chat` use it too.
+pub struct Pieces<'a>(pub &'a Tokenizer);
 
 impl models::sampling::SamplerVocab for Pieces<'_> {
     fn n_tokens(&self) -> usize {
