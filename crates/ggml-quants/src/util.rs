@@ -168,6 +168,14 @@ pub fn make_qx_quants(n: usize, nmax: i32, x: &[f32], l: &mut [i8], rmse_type: i
         }
         return 1.0 / iscale;
     }
+    if rmse_type > 0 {
+        if n == 16 {
+            return qx_fixed::<16>(nmax, max, x, l, rmse_type, qw);
+        }
+        if n == 32 {
+            return qx_fixed::<32>(nmax, max, x, l, rmse_type, qw);
+        }
+    }
     let mut rmse_type = rmse_type;
     let mut return_early = false;
     if rmse_type < 0 {
@@ -224,6 +232,76 @@ pub fn make_qx_quants(n: usize, nmax: i32, x: &[f32], l: &mut [i8], rmse_type: i
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
+    }
+    scale
+}
+
+/// Lanes of [`qx_fixed`]: the 19 trial scales `is = -9..=9` of `make_qx_quants`, plus one
+/// unused lane so that the lanes fill whole vectors.
+const QX_LANES: usize = 20;
+
+/// `make_qx_quants` (`rmse_type > 0`, past the all-zero test) for a group of exactly `N`.
+/// The C tries the 18 scales `is = -9..=9, is != 0` one after the other, and a trial's sums
+/// do not depend on the trials before it (only the accept test does), so all trials run
+/// side by side: lane `k` holds trial `is = k - 9`, and each lane adds its terms in C's
+/// order (`i = 0, 1, ...`) with C's operations, so every lane's `sumlx`/`suml2` is the
+/// C's bit for bit. Lane 9 (`is = 0`) is the C's first pass (`-(nmax + 0.1·0) / max` is
+/// `-nmax / max` exactly). The accept tests then run in C's order.
+#[inline(always)]
+fn qx_fixed<const N: usize>(nmax: i32, max: f32, x: &[f32], l: &mut [i8], rmse_type: i32, qw: Option<&[f32]>) -> f32 {
+    let x: &[f32; N] = x[..N].try_into().unwrap();
+    let l: &mut [i8; N] = (&mut l[..N]).try_into().unwrap();
+    let mut w = [0f32; N];
+    for i in 0..N {
+        w[i] = match qw {
+            Some(q) => q[i],
+            None => match rmse_type {
+                1 => x[i] * x[i],
+                2 => 1.0,
+                3 => x[i].abs(),
+                _ => x[i].abs().sqrt(),
+            },
+        };
+    }
+    let nmaxf = nmax as f32;
+    let mut iscale = [0f32; QX_LANES];
+    for (k, s) in iscale.iter_mut().enumerate() {
+        let is = k as i32 - 9;
+        *s = -(nmaxf + 0.1f32 * is as f32) / max;
+    }
+    iscale[9] = -nmaxf / max;
+    let mut sumlx = [0f32; QX_LANES];
+    let mut suml2 = [0f32; QX_LANES];
+    let mut codes = [[0i8; QX_LANES]; N];
+    for i in 0..N {
+        // C: `sumlx += w*x[i]*l` is `(w*x[i])*l`, `suml2 += w*l*l` is `(w*l)*l`.
+        let wx = w[i] * x[i];
+        let wi = w[i];
+        let xi = x[i];
+        let c = &mut codes[i];
+        for k in 0..QX_LANES {
+            let li = (-nmax).max((nmax - 1).min(nearest_int(iscale[k] * xi)));
+            c[k] = li as i8;
+            let lf = li as f32;
+            sumlx[k] += wx * lf;
+            suml2[k] += wi * lf * lf;
+        }
+    }
+    let mut best_k = 9;
+    let mut scale = if suml2[9] != 0.0 { sumlx[9] / suml2[9] } else { 0.0 };
+    let mut best = scale * sumlx[9];
+    for k in 0..19 {
+        if k == 9 {
+            continue;
+        }
+        if suml2[k] > 0.0 && sumlx[k] * sumlx[k] > best * suml2[k] {
+            best_k = k;
+            scale = sumlx[k] / suml2[k];
+            best = scale * sumlx[k];
+        }
+    }
+    for i in 0..N {
+        l[i] = (codes[i][best_k] as i32 + nmax) as i8;
     }
     scale
 }
@@ -448,7 +526,7 @@ fn make_qkx_quants_impl(
 #[inline(always)]
 fn qkx_codes<const N: usize>(iscale: f32, min: f32, nmax: i32, x: &[f32; N], out: &mut [u8; N]) {
     for (o, &v) in out.iter_mut().zip(x) {
-        *o = nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
+        *o = 0.max(nmax.min(nearest_int(iscale * (v - min)))) as u8;
     }
 }
 
