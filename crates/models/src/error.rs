@@ -48,6 +48,9 @@ pub enum Error {
     /// The hyperparameters contradict each other.
     #[error("invalid model: {0}")]
     Invalid(String),
+    /// A buffer (the KV cache at a context size) larger than the machine can give.
+    #[error("not enough memory: {0}")]
+    OutOfMemory(String),
     /// More tokens than the context holds.
     #[error("{n_tokens} tokens do not fit in the context of {n_ctx} (at position {pos}); use a larger -c")]
     ContextFull {

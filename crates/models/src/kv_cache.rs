@@ -271,11 +271,11 @@ impl KvCache {
     /// available ([`available_memory`]) is an error naming the context size.
     pub fn new(widths: &[(usize, usize)], n_ctx: usize, tk: CacheType, tv: CacheType) -> Result<KvCache> {
         let need = Self::bytes_for(widths, n_ctx, tk, tv)
-            .ok_or_else(|| Error::Invalid(format!("the KV cache for a context of {n_ctx} overflows")))?;
+            .ok_or_else(|| Error::OutOfMemory(format!("the KV cache for a context of {n_ctx} overflows")))?;
         if let Some(avail) = available_memory() {
             if need > avail {
                 let per_pos = Self::bytes_for(widths, 1, tk, tv).unwrap_or(1).max(1);
-                return Err(Error::Invalid(format!(
+                return Err(Error::OutOfMemory(format!(
                     "the KV cache for a context of {n_ctx} needs {}, more than the {} available; \
                      the largest -c that fits is {} (or use -ctk/-ctv q8_0)",
                     human(need),
