@@ -220,8 +220,17 @@ impl SampleArgs {
 }
 
 /// The sampler chain of `args` for the model of `tok`.
+/// A random seed (no `-s`, or `-s -1`) is drawn here and printed, as llama.cpp's
+/// "sampler seed: N", so the run can be repeated with `-s N`.
 pub fn sampler(args: &SampleArgs, tok: &tokenizer::Tokenizer) -> models::Sampler {
-    models::Sampler::with_vocab(args.params(), &server::engine::Pieces(tok))
+    let mut p = args.params();
+    if p.seed == DEFAULT_SEED {
+        while p.seed == DEFAULT_SEED {
+            p.seed = models::sampling::rng::resolve_seed(DEFAULT_SEED);
+        }
+        eprintln!("sampler seed: {}", p.seed);
+    }
+    models::Sampler::with_vocab(p, &server::engine::Pieces(tok))
 }
 
 #[cfg(test)]

@@ -161,3 +161,28 @@ fn out_of_range_values_are_refused_naming_the_flag() {
         assert!(o.stderr.contains(flag), "{flag} {v}: {}", o.stderr);
     }
 }
+
+/// No `-s` (or `-s -1`): a random seed, printed as llama.cpp's "sampler seed: N"; `-s N`
+/// then repeats the run token for token, and prints nothing.
+#[test]
+fn a_random_seed_is_printed_and_repeats_the_run() {
+    let d = tempfile::tempdir().unwrap();
+    let m = tiny(d.path());
+    let ms = m.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut a = vec!["run", "-m", ms, "-p", "ab", "-n", "24", "--temp", "1.5", "--top-k", "0", "--json"];
+        a.extend_from_slice(extra);
+        let o = gguf(&a);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let seed = o.stderr.lines().find_map(|l| l.strip_prefix("sampler seed: ")).map(str::to_string);
+        let v: serde_json::Value = serde_json::from_str(o.stdout.lines().last().unwrap()).unwrap();
+        (v["tokens"].clone(), seed)
+    };
+    let (t1, s1) = run(&["-s", "-1"]);
+    let s1 = s1.expect("the random seed is printed");
+    let (t2, s2) = run(&["-s", &s1]);
+    assert_eq!(t1, t2, "-s {s1} repeats the run");
+    assert_eq!(s2, None, "a given seed is not printed");
+    let (_, s3) = run(&[]);
+    assert!(s3.is_some(), "no -s is random too");
+}
