@@ -550,8 +550,8 @@ fn qkx_error<const N: usize>(scale: f32, min: f32, x: &[f32; N], w: &[f32; N], l
 
 /// [`make_qkx_quants_impl`] for a group of exactly `N` (16 or 32) with `nstep >= 1`: the
 /// same operations on the same values in the same order, restructured so that the
-/// element-wise work runs on whole arrays and only the additions C does one by one stay
-/// one by one.
+/// element-wise work runs on whole arrays, the trials run in lane groups
+/// ([`qkx_lanes`]), and only the additions C does one by one stay one by one.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn qkx_fixed<const N: usize>(
@@ -605,48 +605,160 @@ fn qkx_fixed<const N: usize>(
     let iscale = nmaxf / (max - min);
     let mut scale = 1.0 / iscale;
     qkx_codes(iscale, min, nmax, x, l);
-    let mut best_error = qkx_error(scale, min, x, &w, l, use_mad);
-    let mut cand = [0u8; N];
-    let mut a = [0f32; N];
-    let mut b = [0f32; N];
-    let mut c = [0f32; N];
-    for is in 0..=nstep {
-        let iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        qkx_codes(iscale, min, nmax, x, &mut cand);
-        for i in 0..N {
-            let wl = w[i] * cand[i] as f32;
-            a[i] = wl;
-            b[i] = wl * cand[i] as f32;
-            c[i] = wl * x[i];
-        }
-        let mut sum_l = 0f32;
-        let mut sum_l2 = 0f32;
-        let mut sum_xl = 0f32;
-        for i in 0..N {
-            sum_l += a[i];
-            sum_l2 += b[i];
-            sum_xl += c[i];
-        }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let cur_error = qkx_error(this_scale, this_min, x, &w, &cand, use_mad);
-            if cur_error < best_error {
-                *l = cand;
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    laux[..N].copy_from_slice(&cand);
+    let best_error = qkx_error(scale, min, x, &w, l, use_mad);
+    qkx_lanes::<N>(
+        nmax, x, &w, l, laux, rmin, rdelta, nstep, use_mad, sum_w, sum_x, max, &mut min, &mut scale, best_error,
+    );
     *the_min = -min;
     scale
+}
+
+/// Trials per lane group in [`qkx_lanes`].
+const QKX_G: usize = 4;
+
+/// C's `nearest_int(t)` clamped to `[0, nmaxf]`, as a float: the same integer value for
+/// every input. `val = t + 1.5·2^23` as in C; C's result is `(bits(val) & 0x7fffff) -
+/// 0x400000`; with `m = bits(val) & 0x7fffff`, `from_bits(m | bits(2^23))` is exactly
+/// `2^23 + m`, and subtracting `1.5·2^23` is exact (integers below 2^24), which gives
+/// `m - 2^22`. C's `MIN`/`MAX` on these never-NaN values are the integer clamp.
+#[inline(always)]
+fn nearest_clamped_f32(t: f32, nmaxf: f32) -> f32 {
+    let val = t + 12582912.0f32;
+    let r = f32::from_bits((val.to_bits() & 0x007f_ffff) | 0x4b00_0000) - 12582912.0f32;
+    // C: `MAX(0, MIN(nmax, l))`.
+    let r = if r < nmaxf { r } else { nmaxf };
+    if r > 0.0 {
+        r
+    } else {
+        0.0
+    }
+}
+
+/// Lane-wise `a[k] * b[k]`.
+#[inline(always)]
+fn lanes_mul<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
+    std::array::from_fn(|k| a[k] * b[k])
+}
+
+/// Lane-wise `a[k] - b[k]`.
+#[inline(always)]
+fn lanes_sub<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
+    std::array::from_fn(|k| a[k] - b[k])
+}
+
+/// Lane-wise `a[k] / b[k]`.
+#[inline(always)]
+fn lanes_div<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
+    std::array::from_fn(|k| a[k] / b[k])
+}
+
+/// Lane-wise `a[k] + b[k]`.
+#[inline(always)]
+fn lanes_add<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
+    std::array::from_fn(|k| a[k] + b[k])
+}
+
+/// The trial loop of `make_qkx2/3_quants` (`is = 0..=nstep`) in groups of [`QKX_G`]
+/// trials computed side by side. A trial depends on the ones before it only through `min`
+/// (and `max - min`), which changes when a trial is accepted; so a group is computed
+/// with the current `min`, its accept tests run in C's order, and on the first accepted
+/// trial the rest of the group is dropped and the next group starts right after it, with
+/// the new `min`. Every lane adds its terms in C's order with C's operations, so each
+/// trial's sums, scale, min and error are the C's bit for bit.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn qkx_lanes<const N: usize>(
+    nmax: i32,
+    x: &[f32; N],
+    w: &[f32; N],
+    l: &mut [u8; N],
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+    sum_w: f32,
+    sum_x: f32,
+    max: f32,
+    min: &mut f32,
+    scale: &mut f32,
+    mut best_error: f32,
+) {
+    const G: usize = QKX_G;
+    let nmaxf = nmax as f32;
+    let mut lf = [[0f32; G]; N];
+    // `x` and `w` broadcast once, so that the lane loops read them as whole vectors.
+    let mut xb = [[0f32; G]; N];
+    let mut wb = [[0f32; G]; N];
+    for i in 0..N {
+        xb[i] = [x[i]; G];
+        wb[i] = [w[i]; G];
+    }
+    let mut is = 0i32;
+    while is <= nstep {
+        let mn = *min;
+        let mut iscale = [0f32; G];
+        for (k, s) in iscale.iter_mut().enumerate() {
+            *s = (rmin + rdelta * (is + k as i32) as f32 + nmaxf) / (max - mn);
+        }
+        let mut sum_l = [0f32; G];
+        let mut sum_l2 = [0f32; G];
+        let mut sum_xl = [0f32; G];
+        for i in 0..N {
+            let xm = [x[i] - mn; G];
+            let wi = wb[i];
+            let xi = xb[i];
+            let mut v = [0f32; G];
+            for k in 0..G {
+                v[k] = nearest_clamped_f32(iscale[k] * xm[k], nmaxf);
+            }
+            let a = lanes_mul(wi, v);
+            sum_l = lanes_add(sum_l, a);
+            sum_l2 = lanes_add(sum_l2, lanes_mul(a, v));
+            sum_xl = lanes_add(sum_xl, lanes_mul(a, xi));
+            lf[i] = v;
+        }
+        // C: `D = sum_w*sum_l2 - sum_l*sum_l`, `this_scale = (sum_w*sum_xl - sum_x*sum_l)/D`,
+        // `this_min = (sum_l2*sum_x - sum_l*sum_xl)/D`, and if `this_min > 0`: `this_min = 0`,
+        // `this_scale = sum_xl/sum_l2`; lanes with `D <= 0` are never accepted.
+        let (sw, sx) = ([sum_w; G], [sum_x; G]);
+        let d = lanes_sub(lanes_mul(sw, sum_l2), lanes_mul(sum_l, sum_l));
+        let ts = lanes_div(lanes_sub(lanes_mul(sw, sum_xl), lanes_mul(sx, sum_l)), d);
+        let tm = lanes_div(lanes_sub(lanes_mul(sum_l2, sx), lanes_mul(sum_l, sum_xl)), d);
+        let ts0 = lanes_div(sum_xl, sum_l2);
+        let this_min: [f32; G] = std::array::from_fn(|k| if tm[k] > 0.0 { 0.0 } else { tm[k] });
+        let this_scale: [f32; G] = std::array::from_fn(|k| if tm[k] > 0.0 { ts0[k] } else { ts[k] });
+        let mut cur_error = [0f32; G];
+        for i in 0..N {
+            let xi = x[i];
+            let wi = w[i];
+            for k in 0..G {
+                let mut diff = this_scale[k] * lf[i][k] + this_min[k] - xi;
+                diff = if use_mad { diff.abs() } else { diff * diff };
+                cur_error[k] += wi * diff;
+            }
+        }
+        let last = (nstep - is) as usize;
+        if last < G {
+            for i in 0..N {
+                laux[i] = lf[i][last] as u8;
+            }
+        }
+        let mut next = is + G as i32;
+        for k in 0..G.min(last + 1) {
+            if d[k] > 0.0 && cur_error[k] < best_error {
+                for i in 0..N {
+                    l[i] = lf[i][k] as u8;
+                }
+                best_error = cur_error[k];
+                *scale = this_scale[k];
+                *min = this_min[k];
+                next = is + k as i32 + 1;
+                break;
+            }
+        }
+        is = next;
+    }
 }
 
 /// `make_qp_quants`: positive-only code search for the K-quants' sub-block scales
