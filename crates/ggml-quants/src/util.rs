@@ -85,11 +85,43 @@ pub fn write_f16(b: &mut [u8], at: usize, v: f32) {
 /// `INT_MIN` for NaN and out-of-range values (Rust's `as` saturates instead).
 #[inline]
 pub fn c_f32_to_i32(f: f32) -> i32 {
-    if f.is_nan() || !(-2147483648.0..2147483648.0).contains(&f) {
-        i32::MIN
+    // One select (false for NaN), so that loops over it vectorize.
+    let in_range = (-2147483648.0..2147483648.0).contains(&f);
+    let t = f as i32;
+    if in_range {
+        t
     } else {
-        f as i32
+        i32::MIN
     }
+}
+
+/// The `(amax, max)` of the legacy symmetric encoders' first loop, `if (amax < fabsf(v))
+/// { amax = fabsf(v); max = v; }` over `x`: the largest `|v|` (NaN never wins) and the
+/// first `v` that has it (`0` when no `|v|` exceeds 0). The maximum is taken in lanes
+/// (exact: the maximum of the same values), then the first index holding it is found.
+#[inline]
+pub fn abs_max_first(x: &[f32; 32]) -> (f32, f32) {
+    let mut m = [0f32; 8];
+    for c in x.chunks_exact(8) {
+        for k in 0..8 {
+            let a = c[k].abs();
+            m[k] = if m[k] < a { a } else { m[k] };
+        }
+    }
+    let mut amax = 0f32;
+    for &v in &m {
+        if amax < v {
+            amax = v;
+        }
+    }
+    if amax > 0.0 {
+        for &v in x {
+            if v.abs() == amax {
+                return (amax, v);
+            }
+        }
+    }
+    (amax, 0.0)
 }
 
 /// C's `MAX(a, b)` macro on floats: `a > b ? a : b`.

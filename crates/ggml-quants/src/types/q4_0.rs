@@ -7,7 +7,7 @@
 //! without an imatrix, an importance-weighted `make_qx_quants` search per block with one).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
-use crate::util::{c_f32_to_i32, make_qx_quants, read_f16, write_f16};
+use crate::util::{abs_max_first, c_f32_to_i32, make_qx_quants, read_f16, write_f16};
 
 /// Elements per block (`QK4_0`).
 pub const QK4_0: usize = 32;
@@ -61,24 +61,18 @@ inventory::submit! { <Q4_0 as GgmlType>::TRAITS }
 /// magnitude, codes `min(15, (int8_t)(x / d + 8.5))`.
 pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
     for (xb, yb) in x.chunks_exact(QK4_0).zip(y.chunks_exact_mut(TS)) {
-        let mut amax = 0f32;
-        let mut max = 0f32;
-        for &v in xb {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let xb: &[f32; QK4_0] = xb.try_into().unwrap();
+        let (_, max) = abs_max_first(xb);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         write_f16(yb, 0, d);
+        // `MIN(15, (int8_t)(x*id + 8.5f))` stored into a uint8_t.
+        let mut q = [0u8; QK4_0];
+        for (q, &v) in q.iter_mut().zip(xb) {
+            *q = (c_f32_to_i32(v * id + 8.5) as i8).min(15) as u8;
+        }
         for j in 0..16 {
-            let x0 = xb[j] * id;
-            let x1 = xb[16 + j] * id;
-            // `MIN(15, (int8_t)(x + 8.5f))` stored into a uint8_t.
-            let xi0 = (c_f32_to_i32(x0 + 8.5) as i8).min(15) as u8;
-            let xi1 = (c_f32_to_i32(x1 + 8.5) as i8).min(15) as u8;
-            yb[2 + j] = xi0 | (xi1 << 4);
+            yb[2 + j] = q[j] | (q[16 + j] << 4);
         }
     }
 }

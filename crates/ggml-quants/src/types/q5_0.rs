@@ -7,7 +7,7 @@
 //! without an imatrix, an importance-weighted `make_qx_quants` search per block with one).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
-use crate::util::{c_f32_to_i32, make_qx_quants, read_f16, write_f16};
+use crate::util::{abs_max_first, c_f32_to_i32, make_qx_quants, read_f16, write_f16};
 
 /// Elements per block (`QK5_0`).
 pub const QK5_0: usize = 32;
@@ -81,24 +81,15 @@ fn pack(l: &[u8; 32], yb: &mut [u8]) {
 /// largest magnitude, codes `min(31, (int8_t)(x / d + 16.5))`.
 pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
     for (xb, yb) in x.chunks_exact(QK5_0).zip(y.chunks_exact_mut(TS)) {
-        let mut amax = 0f32;
-        let mut max = 0f32;
-        for &v in xb {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let xb: &[f32; QK5_0] = xb.try_into().unwrap();
+        let (_, max) = abs_max_first(xb);
         let d = max / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         write_f16(yb, 0, d);
         let mut l = [0u8; 32];
-        for j in 0..16 {
-            let x0 = xb[j] * id;
-            let x1 = xb[16 + j] * id;
-            // `MIN(31, (int8_t)(x + 16.5f))` stored into a uint8_t.
-            l[j] = (c_f32_to_i32(x0 + 16.5) as i8).min(31) as u8;
-            l[j + 16] = (c_f32_to_i32(x1 + 16.5) as i8).min(31) as u8;
+        // `MIN(31, (int8_t)(x*id + 16.5f))` stored into a uint8_t.
+        for (l, &v) in l.iter_mut().zip(xb) {
+            *l = (c_f32_to_i32(v * id + 16.5) as i8).min(31) as u8;
         }
         pack(&l, yb);
     }

@@ -6,7 +6,8 @@
 //! `ggml_quantize_chunk` calls: the reference quantizer, the imatrix ignored).
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
-use crate::util::{c_f32_to_i32, c_max, read_f16, write_f16};
+use crate::types::iq_common::c_roundf_i32;
+use crate::util::{c_max, read_f16, write_f16};
 
 /// Elements per block (`QK8_0`).
 pub const QK8_0: usize = 32;
@@ -64,7 +65,7 @@ pub fn quantize_ref(x: &[f32], y: &mut [u8]) {
         for j in 0..QK8_0 {
             let x0 = xb[j] * id;
             // `roundf` then C's float -> int8_t conversion (cvttss2si, low byte).
-            yb[2 + j] = c_f32_to_i32(x0.round()) as u8;
+            yb[2 + j] = c_roundf_i32(x0) as u8;
         }
     }
 }
