@@ -160,7 +160,7 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
     let l = load(&args.model)?;
     let template = template(&l, args)?;
     let mut st = state(&l, &args.model)?;
-    let mut sampler = crate::sampling::sampler(&args.sample, &l.tok);
+    let (mut sampler, drawn_seed) = crate::sampling::sampler(&args.sample, &l.tok);
     let mut messages: Vec<Message> = Vec::new();
     if let Some(s) = &args.system {
         messages.push(Message::new("system", s));
@@ -169,6 +169,9 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     eprintln!("{} — type a message, /help for commands, Ctrl-D to quit.", l.model.describe());
+    if let Some(seed) = drawn_seed {
+        eprintln!("sampler seed: {seed}");
+    }
     let mut first = args.prompt.clone();
     let mut answered = false;
     loop {

@@ -345,7 +345,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if prompt.len() > st.n_ctx() {
         bail!("the prompt is {} tokens, longer than the context of {} (use a larger -c)", prompt.len(), st.n_ctx());
     }
-    let mut sampler = crate::sampling::sampler(&args.sample, &l.tok);
+    let (mut sampler, drawn_seed) = crate::sampling::sampler(&args.sample, &l.tok);
     for &t in &prompt {
         sampler.accept(t);
     }
@@ -359,6 +359,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut stream = l.tok.stream_decoder(false);
     let reverse = args.reverse_prompts();
     let mut stdout = std::io::stdout().lock();
+    if let Some(seed) = drawn_seed {
+        eprintln!("sampler seed: {seed}");
+    }
     if !args.json && !args.no_display_prompt {
         // llama-completion echoes the prompt's pieces (control tokens hidden)
         for &t in &prompt {

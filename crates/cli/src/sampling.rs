@@ -220,17 +220,19 @@ impl SampleArgs {
 }
 
 /// The sampler chain of `args` for the model of `tok`.
-/// A random seed (no `-s`, or `-s -1`) is drawn here and printed, as llama.cpp's
-/// "sampler seed: N", so the run can be repeated with `-s N`.
-pub fn sampler(args: &SampleArgs, tok: &tokenizer::Tokenizer) -> models::Sampler {
+/// A random seed (no `-s`, or `-s -1`) is drawn here and returned, for the caller to print
+/// as llama.cpp's "sampler seed: N" once generation starts, so the run can be repeated
+/// with `-s N`.
+pub fn sampler(args: &SampleArgs, tok: &tokenizer::Tokenizer) -> (models::Sampler, Option<u32>) {
     let mut p = args.params();
+    let mut drawn = None;
     if p.seed == DEFAULT_SEED {
         while p.seed == DEFAULT_SEED {
             p.seed = models::sampling::rng::resolve_seed(DEFAULT_SEED);
         }
-        eprintln!("sampler seed: {}", p.seed);
+        drawn = Some(p.seed);
     }
-    models::Sampler::with_vocab(p, &server::engine::Pieces(tok))
+    (models::Sampler::with_vocab(p, &server::engine::Pieces(tok)), drawn)
 }
 
 #[cfg(test)]
