@@ -268,7 +268,7 @@ fn repack_weights(
     let mut buf = Vec::new();
     for t in ts {
         if out.contains_key(&(t.shard, t.start))
-            || quant_kernels::registry::repacker_for(t.type_id, t.rows(), t.cols()).is_none()
+            || quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none()
         {
             continue;
         }

@@ -55,4 +55,12 @@ pub enum Error {
         /// Which size.
         what: &'static str,
     },
+    /// `GGUF_CPU_FEATURES` holds a level this crate does not know.
+    #[error("{}={value:?} is not a SIMD level (known: {known})", crate::cpu::ENV)]
+    CpuFeatures {
+        /// The value found.
+        value: String,
+        /// The accepted names.
+        known: &'static str,
+    },
 }

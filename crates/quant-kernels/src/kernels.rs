@@ -1,6 +1,7 @@
 //! The built-in registry entries: one scalar kernel per supported type (priority 0), the
 //! AVX2 kernels (priority 10) on x86_64, and the activation quantizers. A plug-in crate
-//! adds its own with `inventory::submit! { quant_kernels::Kernel { .. } }`.
+//! adds its own with `inventory::submit! { quant_kernels::Kernel::new(..) }`; the kernel
+//! chosen for a type decides whether its weights are repacked ([`Kernel::repack`]).
 
 use ggml_quants::types::{bf16::BF16, f16::F16, f32::F32, q2_k::Q2K, q3_k::Q3K, q4_0::Q4_0, q4_1::Q4_1, q4_k::Q4K};
 use ggml_quants::types::{q5_0::Q5_0, q5_1::Q5_1, q5_k::Q5K, q6_k::Q6K, q8_0::Q8_0, q8_1::Q8_1, q8_k::Q8K};
@@ -12,15 +13,7 @@ use crate::scalar::{act, dots};
 macro_rules! scalar_kernel {
     ($ty:ty, $act:ty, $f:path) => {
         inventory::submit! {
-            Kernel {
-                type_id: <$ty as GgmlType>::ID,
-                backend: "scalar",
-                priority: 0,
-                available: always,
-                vec_dot_type: <$act as GgmlType>::ID,
-                vec_dot: $f,
-                tile: None,
-            }
+            Kernel::new(<$ty as GgmlType>::ID, "scalar", 0, <$act as GgmlType>::ID, $f)
         }
     };
 }
@@ -57,20 +50,12 @@ scalar_act!(F32, act::convert_f32);
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::arch::x86_64::{avx2, float512, has_avx2, vnni};
+    use crate::arch::x86_64::{avx2, float512, has_avx2, q4_0x8, vnni};
 
     macro_rules! avx2_kernel {
         ($ty:ty, $act:ty, $f:path) => {
             inventory::submit! {
-                Kernel {
-                    type_id: <$ty as GgmlType>::ID,
-                    backend: "avx2",
-                    priority: 10,
-                    available: has_avx2,
-                    vec_dot_type: <$act as GgmlType>::ID,
-                    vec_dot: $f,
-                    tile: None,
-                }
+                Kernel::new(<$ty as GgmlType>::ID, "avx2", 10, <$act as GgmlType>::ID, $f).with_available(has_avx2)
             }
         };
     }
@@ -90,22 +75,17 @@ mod x86 {
     avx2_kernel!(Q6K, Q8K, avx2::q6_k_q8_k);
 
     macro_rules! vnni_kernel {
-        ($ty:ty, $act:ty, $f:path, $tile:path) => {
+        ($ty:ty, $act:ty, $f:path, $tile:path $(, $repack:expr)?) => {
             inventory::submit! {
-                Kernel {
-                    type_id: <$ty as GgmlType>::ID,
-                    backend: "avx512vnni",
-                    priority: 20,
-                    available: vnni::has_vnni,
-                    vec_dot_type: <$act as GgmlType>::ID,
-                    vec_dot: $f,
-                    tile: Some($tile),
-                }
+                Kernel::new(<$ty as GgmlType>::ID, "avx512vnni", 20, <$act as GgmlType>::ID, $f)
+                    .with_available(vnni::has_vnni)
+                    .with_tile($tile)
+                    $(.with_repack($repack))?
             }
         };
     }
 
-    vnni_kernel!(Q4_0, Q8_0, vnni::q4_0_q8_0, vnni::q4_0_tile);
+    vnni_kernel!(Q4_0, Q8_0, vnni::q4_0_q8_0, vnni::q4_0_tile, q4_0x8::LAYOUT);
     vnni_kernel!(Q4_1, Q8_1, vnni::q4_1_q8_1, vnni::q4_1_tile);
     vnni_kernel!(Q5_0, Q8_0, vnni::q5_0_q8_0, vnni::q5_0_tile);
     vnni_kernel!(Q5_1, Q8_1, vnni::q5_1_q8_1, vnni::q5_1_tile);

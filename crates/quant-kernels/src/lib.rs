@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 mod arch;
+pub mod cpu;
 mod error;
 mod kernels;
 mod matmul;
@@ -24,7 +25,7 @@ pub mod scalar;
 pub use error::Error;
 pub use matmul::{matmul, matmul_expert, matmul_rowwise, tile_by_vec_dot, Matrix, Repacked};
 pub use pool::{Pool, MAX_THREADS};
-pub use registry::{kernel_info, Kernel, Repacker, Tile};
+pub use registry::{kernel_info, registry_problems, Kernel, Repack, Tile};
 pub use rowdot::{quantize_row, ActRow};
 
 /// `inventory` re-exported so that plug-in crates can register kernels without naming

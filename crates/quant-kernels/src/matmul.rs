@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use ggml_quants::TypeTraits;
 
-use crate::registry::{act_quantizer_for, kernel_for, repacker_for, Kernel, Repacker, Tile};
+use crate::registry::{act_quantizer_for, kernel_for, repack_for, Kernel, Repack, Tile};
 use crate::{ops, Error, Pool};
 
 /// A row-major weight matrix of one ggml type, borrowed as stored in GGUF: ggml `ne0 =
@@ -16,33 +16,35 @@ pub struct Matrix<'a> {
     rows: usize,
     cols: usize,
     row_bytes: usize,
-    /// `data` is in this repacker's layout, not GGUF's.
-    repacked: Option<&'static Repacker>,
+    /// `data` is in the layout of this kernel (its [`Kernel::repack`]), not GGUF's.
+    repacked: Option<&'static Kernel>,
 }
 
 /// A weight matrix rewritten at load time into a kernel's layout (see
-/// [`crate::registry::Repacker`]): owned bytes, used through [`Repacked::matrix`].
+/// [`crate::registry::Repack`]): owned bytes, used through [`Repacked::matrix`].
 #[derive(Debug)]
 pub struct Repacked {
     bytes: Vec<u8>,
-    by: &'static Repacker,
+    by: &'static Kernel,
+    layout: &'static Repack,
     type_id: u32,
     rows: usize,
     cols: usize,
 }
 
 impl Repacked {
-    /// Repacks `w` when this CPU has a repacker for its type and shape (`None` otherwise:
-    /// use `w` as it is). `w` must be in GGUF's layout.
+    /// Repacks `w` when the kernel chosen for its type on this CPU has a layout for its
+    /// shape (`None` otherwise: use `w` as it is). `w` must be in GGUF's layout.
     pub fn new(w: &Matrix<'_>) -> Option<Repacked> {
         if w.repacked.is_some() {
             return None;
         }
-        let by = repacker_for(w.type_id(), w.rows, w.cols)?;
-        let bytes = (by.repack)(w.data, w.rows, w.cols);
+        let (by, layout) = repack_for(w.type_id(), w.rows, w.cols)?;
+        let bytes = (layout.repack)(w.data, w.rows, w.cols);
         (bytes.len() == w.data.len()).then_some(Repacked {
             bytes,
             by,
+            layout,
             type_id: w.type_id(),
             rows: w.rows,
             cols: w.cols,
@@ -56,9 +58,14 @@ impl Repacked {
         Matrix { traits, data: &self.bytes, rows: self.rows, cols: self.cols, row_bytes, repacked: Some(self.by) }
     }
 
-    /// Backend of the repacker.
-    pub fn backend(&self) -> &'static str {
-        self.by.backend
+    /// The owning kernel's backend and the layout: `"avx512vnni-q4_0x8"`.
+    pub fn backend(&self) -> String {
+        format!("{}-{}", self.by.backend, self.layout.name)
+    }
+
+    /// The kernel whose layout this is.
+    pub fn kernel(&self) -> &'static Kernel {
+        self.by
     }
 }
 
@@ -152,10 +159,8 @@ enum Path {
 }
 
 fn path_for(w: &Matrix<'_>) -> Result<Path, Error> {
-    let Some(k) = kernel_for(w.type_id()) else {
-        if w.repacked.is_some() {
-            return Err(Error::RepackedRows { type_name: w.traits.name });
-        }
+    // A repacked matrix runs through the kernel that owns its layout.
+    let Some(k) = w.repacked.or_else(|| kernel_for(w.type_id())) else {
         return Ok(Path::Generic);
     };
     let act = ggml_quants::lookup_id(k.vec_dot_type)?;
@@ -262,6 +267,13 @@ fn run_path(
     let (rows, cols) = (w.rows, w.cols);
     match path {
         Path::Kernel { k, act, quantize } => {
+            // A layout is read only with the activations of the kernel that owns it.
+            if let Some(owner) = w.repacked.filter(|o| o.vec_dot_type != act.id) {
+                return Err(Error::NoActivationQuantizer {
+                    type_name: w.traits.name,
+                    vec_dot_type: owner.vec_dot_type,
+                });
+            }
             let act_row = act.row_size(cols).map_err(|_| Error::NotWholeBlocks {
                 type_name: act.name,
                 cols,
@@ -295,7 +307,7 @@ fn run_path(
                     total_rows: rows,
                     expert,
                 };
-                match (w.repacked, k.tile) {
+                match (w.repacked.and_then(|o| o.repack.as_ref()), k.tile) {
                     (Some(r), _) => (r.tile)(&t, out, ys),
                     (None, Some(f)) => f(&t, out, ys),
                     (None, None) => tile_by_vec_dot(k.vec_dot, &t, out, ys),
@@ -305,6 +317,9 @@ fn run_path(
             ACT_BUF.with(|b| b.set(xq));
         }
         Path::Generic => {
+            if w.repacked.is_some() {
+                return Err(Error::RepackedRows { type_name: w.traits.name });
+            }
             let traits = w.traits;
             let tile = |r0: usize, nr: usize, t0: usize, nt: usize, out: &mut [f32], ys: usize| {
                 let mut row = vec![0f32; cols];

@@ -73,10 +73,11 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
 
 pub use crate::scalar::ops::DotLayout;
 
-/// The [`DotLayout`] a native llama.cpp build on this CPU uses.
+/// The [`DotLayout`] a native llama.cpp build on this CPU uses (an AVX2 build's when
+/// [`crate::cpu`]'s cap is below AVX-512).
 pub fn native_dot_layout() -> DotLayout {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
+    if crate::cpu::allows(crate::cpu::Level::Wide) && std::is_x86_feature_detected!("avx512f") {
         return DotLayout::Avx512;
     }
     DotLayout::Avx2

@@ -1,12 +1,13 @@
 //! The kernel registry: per (weight type, backend) dot-product kernels and per (activation
 //! type, backend) activation quantizers, collected from `inventory` submissions.
 //!
-//! Selection: among the entries for a type whose `available()` is true (runtime CPU feature
-//! detection), the highest `priority` wins. A weight type with no entry at all runs through
+//! Selection ([`gguf_registry`]'s rule): among the entries for a type whose `available()`
+//! is true (runtime CPU feature detection), the highest `priority` wins, ties broken by
+//! backend name and reported by [`registry_problems`]. A kernel may own a load-time
+//! layout ([`Repack`]); it is used only when that kernel is the one chosen. A weight type with no entry at all runs through
 //! the generic path of [`crate::matmul`]: dequantize the weight row to f32 and dot it with
 //! the f32 activations.
 
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 /// Dot product of one weight row with one quantized activation row.
@@ -67,15 +68,21 @@ pub struct Tile<'a> {
 pub type QuantizeActFn = fn(src: &[f32], dst: &mut [u8]);
 
 /// A dot-product kernel for one weight type on one backend.
+///
+/// Build one with [`Kernel::new`] and the `with_*` methods (all `const`), and register it
+/// with `inventory::submit!` (or `gguf_registry::submit!`).
 #[derive(Debug)]
 pub struct Kernel {
     /// GGUF / ggml id of the weight type.
     pub type_id: u32,
     /// Backend name shown by [`crate::kernel_info`]: `"scalar"`, `"avx2"`, `"avx512vnni"`, ...
+    /// It breaks ties between kernels of one type and one priority (a tie is a registry
+    /// problem all the same).
     pub backend: &'static str,
     /// Higher wins among available kernels of the same type.
     pub priority: i32,
-    /// Whether this CPU can run the kernel (runtime feature detection).
+    /// Whether this CPU can run the kernel (runtime feature detection, capped by
+    /// [`crate::cpu`]).
     pub available: fn() -> bool,
     /// Type id the activations are quantized to (ggml's `vec_dot_type`).
     pub vec_dot_type: u32,
@@ -83,6 +90,35 @@ pub struct Kernel {
     pub vec_dot: VecDotFn,
     /// Optional many-rows × many-tokens kernel.
     pub tile: Option<TileFn>,
+    /// The load-time layout this kernel reads, if it has one. Whether a matrix is
+    /// repacked is decided by the kernel chosen for its type: a kernel without a layout
+    /// (a plug-in that outranks the built-ins, say) gets GGUF's rows, never another
+    /// kernel's layout or activations.
+    pub repack: Option<Repack>,
+}
+
+impl Kernel {
+    /// A kernel for `type_id` on `backend`, always available, no tile, no layout.
+    pub const fn new(type_id: u32, backend: &'static str, priority: i32, vec_dot_type: u32, vec_dot: VecDotFn) -> Self {
+        Kernel { type_id, backend, priority, available: always, vec_dot_type, vec_dot, tile: None, repack: None }
+    }
+    /// With a CPU-feature check.
+    pub const fn with_available(self, available: fn() -> bool) -> Self {
+        Kernel { available, ..self }
+    }
+    /// With a many-rows × many-tokens kernel.
+    pub const fn with_tile(self, tile: TileFn) -> Self {
+        Kernel { tile: Some(tile), ..self }
+    }
+    /// With a load-time layout.
+    pub const fn with_repack(self, repack: Repack) -> Self {
+        Kernel { repack: Some(repack), ..self }
+    }
+    /// `gguf_registry::submit!`'s hook: a kernel's provider is its backend, so the origin
+    /// is not recorded.
+    pub const fn with_origin(self, _origin: &'static str) -> Self {
+        self
+    }
 }
 
 inventory::collect!(Kernel);
@@ -107,20 +143,14 @@ inventory::collect!(ActQuantizer);
 /// Rewrites a weight matrix (`rows` × `cols`, as stored in GGUF) into a kernel's own layout.
 pub type RepackFn = fn(w: &[u8], rows: usize, cols: usize) -> Vec<u8>;
 
-/// A load-time layout for one weight type (llama.cpp's "repack"): the rewrite and the tile
+/// A load-time layout of one kernel (llama.cpp's "repack"): the rewrite and the tile
 /// kernel that reads it. The repacked bytes have the size of the original and keep every
 /// 8-row group in its own `8 × row_size` bytes, so tiles split at multiples of 8 rows.
-/// The activations are those of the type's [`Kernel`] (`vec_dot_type`).
+/// The activations are those of the owning [`Kernel`] (`vec_dot_type`).
 #[derive(Debug)]
-pub struct Repacker {
-    /// GGUF / ggml id of the weight type.
-    pub type_id: u32,
-    /// Backend name.
-    pub backend: &'static str,
-    /// Higher wins among available repackers of the same type.
-    pub priority: i32,
-    /// Whether this CPU can run the tile kernel.
-    pub available: fn() -> bool,
+pub struct Repack {
+    /// The layout's name, shown by [`crate::Repacked::backend`]: `"q4_0x8"`.
+    pub name: &'static str,
     /// Whether a matrix of this shape is repacked (llama.cpp: rows a multiple of 8).
     pub applies: fn(rows: usize, cols: usize) -> bool,
     /// The rewrite.
@@ -130,82 +160,97 @@ pub struct Repacker {
     pub tile: TileFn,
 }
 
-inventory::collect!(Repacker);
-
 /// Always true: for portable (scalar) entries.
 pub fn always() -> bool {
     true
 }
 
-struct Index {
-    repackers: BTreeMap<u32, &'static Repacker>,
-    kernels: BTreeMap<u32, &'static Kernel>,
-    all_kernels: BTreeMap<u32, Vec<&'static Kernel>>,
-    acts: BTreeMap<u32, &'static ActQuantizer>,
-    all_acts: BTreeMap<u32, Vec<&'static ActQuantizer>>,
+impl gguf_registry::Entry for Kernel {
+    type Key = u32;
+    const KIND: &'static str = "kernel for type id";
+    const MANY_PER_KEY: bool = true;
+    fn keys(&self) -> Vec<u32> {
+        vec![self.type_id]
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn provider(&self) -> &str {
+        self.backend
+    }
+    fn available(&self) -> bool {
+        (self.available)()
+    }
 }
 
-fn index() -> &'static Index {
-    static INDEX: OnceLock<Index> = OnceLock::new();
-    INDEX.get_or_init(|| {
-        let mut all_kernels: BTreeMap<u32, Vec<&'static Kernel>> = BTreeMap::new();
-        for k in inventory::iter::<Kernel> {
-            all_kernels.entry(k.type_id).or_default().push(k);
-        }
-        let mut all_acts: BTreeMap<u32, Vec<&'static ActQuantizer>> = BTreeMap::new();
-        for a in inventory::iter::<ActQuantizer> {
-            all_acts.entry(a.type_id).or_default().push(a);
-        }
-        for v in all_kernels.values_mut() {
-            v.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.backend.cmp(b.backend)));
-        }
-        for v in all_acts.values_mut() {
-            v.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.backend.cmp(b.backend)));
-        }
-        let kernels =
-            all_kernels.iter().filter_map(|(&id, v)| v.iter().find(|k| (k.available)()).map(|k| (id, *k))).collect();
-        let acts =
-            all_acts.iter().filter_map(|(&id, v)| v.iter().find(|a| (a.available)()).map(|a| (id, *a))).collect();
-        let mut repackers: BTreeMap<u32, &'static Repacker> = BTreeMap::new();
-        for r in inventory::iter::<Repacker> {
-            if (r.available)() && repackers.get(&r.type_id).is_none_or(|o| o.priority < r.priority) {
-                repackers.insert(r.type_id, r);
-            }
-        }
-        Index { repackers, kernels, all_kernels, acts, all_acts }
-    })
+impl gguf_registry::Entry for ActQuantizer {
+    type Key = u32;
+    const KIND: &'static str = "activation quantizer for type id";
+    const MANY_PER_KEY: bool = true;
+    fn keys(&self) -> Vec<u32> {
+        vec![self.type_id]
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn provider(&self) -> &str {
+        self.backend
+    }
+    fn available(&self) -> bool {
+        (self.available)()
+    }
 }
 
-/// The kernel [`crate::matmul`] uses for weight type `type_id` on this CPU, `None` when
-/// the type runs through the generic dequantize path.
+fn kernels() -> &'static gguf_registry::Registry<Kernel> {
+    static INDEX: OnceLock<gguf_registry::Registry<Kernel>> = OnceLock::new();
+    INDEX.get_or_init(|| gguf_registry::Registry::new(inventory::iter::<Kernel>))
+}
+
+fn acts() -> &'static gguf_registry::Registry<ActQuantizer> {
+    static INDEX: OnceLock<gguf_registry::Registry<ActQuantizer>> = OnceLock::new();
+    INDEX.get_or_init(|| gguf_registry::Registry::new(inventory::iter::<ActQuantizer>))
+}
+
+/// The kernel [`crate::matmul`] uses for weight type `type_id` on this CPU (the available
+/// one of highest priority, ties by backend name), `None` when the type runs through the
+/// generic dequantize path.
 pub fn kernel_for(type_id: u32) -> Option<&'static Kernel> {
-    index().kernels.get(&type_id).copied()
+    kernels().get(&type_id)
 }
 
-/// The repacker for a `rows` × `cols` matrix of `type_id` on this CPU, if the type has
-/// one that applies to the shape (and a kernel giving its activation type).
-pub fn repacker_for(type_id: u32, rows: usize, cols: usize) -> Option<&'static Repacker> {
-    let r = index().repackers.get(&type_id).copied()?;
-    ((r.applies)(rows, cols) && kernel_for(type_id).is_some()).then_some(r)
+/// The layout a `rows` × `cols` matrix of `type_id` is repacked into on this CPU: the one
+/// of the kernel chosen for the type, when it has one that applies to the shape.
+pub fn repack_for(type_id: u32, rows: usize, cols: usize) -> Option<(&'static Kernel, &'static Repack)> {
+    let k = kernel_for(type_id)?;
+    let r = k.repack.as_ref()?;
+    (r.applies)(rows, cols).then_some((k, r))
 }
 
 /// Every registered kernel for `type_id` (available here or not), best first.
 pub fn kernels_of(type_id: u32) -> &'static [&'static Kernel] {
-    index().all_kernels.get(&type_id).map(|v| v.as_slice()).unwrap_or(&[])
+    kernels().candidates(&type_id)
 }
 
 /// The activation quantizer used for activation type `type_id` on this CPU.
 pub fn act_quantizer_for(type_id: u32) -> Option<&'static ActQuantizer> {
-    index().acts.get(&type_id).copied()
+    acts().get(&type_id)
 }
 
 /// Every registered activation quantizer for `type_id`, best first.
 pub fn act_quantizers_of(type_id: u32) -> &'static [&'static ActQuantizer] {
-    index().all_acts.get(&type_id).map(|v| v.as_slice()).unwrap_or(&[])
+    acts().candidates(&type_id)
 }
 
 /// Which path [`crate::matmul`] takes for weight type `type_id` here: the backend name of
 /// the selected kernel (`"avx2"`, `"avx512vnni"`, `"scalar"`), or `"generic-dequant"`.
 pub fn kernel_info(type_id: u32) -> &'static str {
     kernel_for(type_id).map(|k| k.backend).unwrap_or("generic-dequant")
+}
+
+/// Clashes in the kernel and activation-quantizer registries (two entries of one type,
+/// backend and priority). Empty for the built-ins; tested.
+pub fn registry_problems() -> gguf_registry::Report {
+    let mut r = kernels().report();
+    r.extend(acts().report());
+    r
 }

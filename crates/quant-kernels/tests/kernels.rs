@@ -410,15 +410,7 @@ fn demo_dot_q8_0(_n: usize, w: &[u8], x: &[u8]) -> f32 {
 }
 
 quant_kernels::inventory::submit! {
-    Kernel {
-        type_id: PLUGIN_ID,
-        backend: "plugin-test",
-        priority: 5,
-        available: quant_kernels::registry::always,
-        vec_dot_type: 8,
-        vec_dot: demo_dot_q8_0,
-        tile: None,
-    }
+    Kernel::new(PLUGIN_ID, "plugin-test", 5, 8, demo_dot_q8_0)
 }
 
 #[test]
@@ -567,4 +559,11 @@ fn act_row_and_quantize_row_follow_matmul() {
     let wd = dequant(NO_KERNEL_ID, &wb);
     assert_eq!(a.dot(&wb).unwrap(), quant_kernels::ops::dot_f32(&wd, &x));
     assert!(a.dot(&wb[..36]).is_err());
+}
+
+#[test]
+fn builtin_kernel_registry_is_sound() {
+    // This binary adds a plug-in for its own type only: no clash may appear.
+    let r = quant_kernels::registry_problems();
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
 }

@@ -261,41 +261,17 @@ pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
 
 mod registration {
     use super::*;
-    use crate::registry::{always, Kernel};
+    use crate::registry::Kernel;
     use ggml_quants::types::{iq4_nl::Iq4Nl, iq4_xs::Iq4Xs, mxfp4::Mxfp4, q8_0::Q8_0, q8_k::Q8K};
     use ggml_quants::GgmlType;
 
     inventory::submit! {
-        Kernel {
-            type_id: <Iq4Nl as GgmlType>::ID,
-            backend: "scalar",
-            priority: 0,
-            available: always,
-            vec_dot_type: <Q8_0 as GgmlType>::ID,
-            vec_dot: iq4_nl_q8_0,
-            tile: Some(iq4_nl_tile),
-        }
+        Kernel::new(<Iq4Nl as GgmlType>::ID, "scalar", 0, <Q8_0 as GgmlType>::ID, iq4_nl_q8_0).with_tile(iq4_nl_tile)
     }
     inventory::submit! {
-        Kernel {
-            type_id: <Mxfp4 as GgmlType>::ID,
-            backend: "scalar",
-            priority: 0,
-            available: always,
-            vec_dot_type: <Q8_0 as GgmlType>::ID,
-            vec_dot: mxfp4_q8_0,
-            tile: Some(mxfp4_tile),
-        }
+        Kernel::new(<Mxfp4 as GgmlType>::ID, "scalar", 0, <Q8_0 as GgmlType>::ID, mxfp4_q8_0).with_tile(mxfp4_tile)
     }
     inventory::submit! {
-        Kernel {
-            type_id: <Iq4Xs as GgmlType>::ID,
-            backend: "scalar",
-            priority: 0,
-            available: always,
-            vec_dot_type: <Q8K as GgmlType>::ID,
-            vec_dot: iq4_xs_q8_k,
-            tile: Some(iq4_xs_tile),
-        }
+        Kernel::new(<Iq4Xs as GgmlType>::ID, "scalar", 0, <Q8K as GgmlType>::ID, iq4_xs_q8_k).with_tile(iq4_xs_tile)
     }
 }

@@ -41,27 +41,22 @@ fn cached(flag: &AtomicU8, detect: fn() -> bool) -> bool {
 /// at run time; detected once, then one relaxed load).
 #[inline(always)]
 pub fn has_neon() -> bool {
-    cached(&NEON, || std::arch::is_aarch64_feature_detected!("neon"))
+    cached(&NEON, || crate::cpu::allows(crate::cpu::Level::Simd) && std::arch::is_aarch64_feature_detected!("neon"))
 }
 
 /// NEON and the `SDOT` instruction (FEAT_DotProd) are available.
 #[inline(always)]
 pub fn has_dotprod() -> bool {
-    has_neon() && cached(&DOTPROD, || std::arch::is_aarch64_feature_detected!("dotprod"))
+    has_neon()
+        && cached(&DOTPROD, || {
+            crate::cpu::allows(crate::cpu::Level::Wide) && std::arch::is_aarch64_feature_detected!("dotprod")
+        })
 }
 
 macro_rules! neon_kernel {
     ($ty:ty, $act:ty, $f:path) => {
         inventory::submit! {
-            Kernel {
-                type_id: <$ty as GgmlType>::ID,
-                backend: "neon",
-                priority: 10,
-                available: has_neon,
-                vec_dot_type: <$act as GgmlType>::ID,
-                vec_dot: $f,
-                tile: None,
-            }
+            Kernel::new(<$ty as GgmlType>::ID, "neon", 10, <$act as GgmlType>::ID, $f).with_available(has_neon)
         }
     };
 }

@@ -706,52 +706,36 @@ pub fn mxfp4x8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
 
 mod registration {
     use super::*;
-    use crate::registry::Kernel;
+    use crate::registry::{Kernel, Repack};
     use ggml_quants::types::{iq4_nl::Iq4Nl, iq4_xs::Iq4Xs, mxfp4::Mxfp4, q8_0::Q8_0, q8_k::Q8K};
     use ggml_quants::GgmlType;
 
     macro_rules! vnni_kernel {
-        ($ty:ty, $act:ty, $dot:path, $tile:path) => {
+        ($ty:ty, $act:ty, $dot:path, $tile:path $(, $repack:expr)?) => {
             inventory::submit! {
-                Kernel {
-                    type_id: <$ty as GgmlType>::ID,
-                    backend: "avx512vnni",
-                    priority: 20,
-                    available: has_vnni,
-                    vec_dot_type: <$act as GgmlType>::ID,
-                    vec_dot: $dot,
-                    tile: Some($tile),
-                }
+                Kernel::new(<$ty as GgmlType>::ID, "avx512vnni", 20, <$act as GgmlType>::ID, $dot)
+                    .with_available(has_vnni)
+                    .with_tile($tile)
+                    $(.with_repack($repack))?
             }
         };
     }
 
-    vnni_kernel!(Iq4Nl, Q8_0, iq4_nl_q8_0, iq4_nl_tile);
-    vnni_kernel!(Mxfp4, Q8_0, mxfp4_q8_0, mxfp4_tile);
+    vnni_kernel!(
+        Iq4Nl,
+        Q8_0,
+        iq4_nl_q8_0,
+        iq4_nl_tile,
+        Repack { name: "iq4_nlx8", applies: repack_applies, repack: repack_iq4_nl, tile: iq4_nlx8_tile }
+    );
+    vnni_kernel!(
+        Mxfp4,
+        Q8_0,
+        mxfp4_q8_0,
+        mxfp4_tile,
+        Repack { name: "mxfp4x8", applies: repack_applies, repack: repack_mxfp4, tile: mxfp4x8_tile }
+    );
     vnni_kernel!(Iq4Xs, Q8K, iq4_xs_q8_k, iq4_xs_tile);
-
-    inventory::submit! {
-        crate::registry::Repacker {
-            type_id: <Iq4Nl as GgmlType>::ID,
-            backend: "avx512vnni-iq4_nlx8",
-            priority: 20,
-            available: has_vnni,
-            applies: repack_applies,
-            repack: repack_iq4_nl,
-            tile: iq4_nlx8_tile,
-        }
-    }
-    inventory::submit! {
-        crate::registry::Repacker {
-            type_id: <Mxfp4 as GgmlType>::ID,
-            backend: "avx512vnni-mxfp4x8",
-            priority: 20,
-            available: has_vnni,
-            applies: repack_applies,
-            repack: repack_mxfp4,
-            tile: mxfp4x8_tile,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub mod avx2;
 pub mod float512;
 pub mod iq4;
+pub mod lattice;
 pub mod ops;
 pub mod q4_0x8;
 pub mod vnni;
@@ -15,14 +16,16 @@ const HAS_NOT: u8 = 2;
 
 static AVX2: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// AVX2, FMA and F16C are all available (detected once, then one relaxed load).
+/// AVX2, FMA and F16C are all available and allowed by [`crate::cpu`]'s cap (detected
+/// once, then one relaxed load).
 #[inline(always)]
 pub fn has_avx2() -> bool {
     match AVX2.load(Ordering::Relaxed) {
         HAS => true,
         HAS_NOT => false,
         _ => {
-            let yes = std::is_x86_feature_detected!("avx2")
+            let yes = crate::cpu::allows(crate::cpu::Level::Simd)
+                && std::is_x86_feature_detected!("avx2")
                 && std::is_x86_feature_detected!("fma")
                 && std::is_x86_feature_detected!("f16c");
             AVX2.store(if yes { HAS } else { HAS_NOT }, Ordering::Relaxed);

@@ -15,7 +15,7 @@
 use core::arch::x86_64::*;
 
 use super::vnni::has_vnni;
-use crate::registry::{Repacker, Tile};
+use crate::registry::{Repack, Tile};
 use crate::scalar::act::Q8_0_BYTES;
 
 const WB: usize = 18;
@@ -219,14 +219,5 @@ unsafe fn imp<const T: usize>(
     }
 }
 
-inventory::submit! {
-    Repacker {
-        type_id: <ggml_quants::types::q4_0::Q4_0 as ggml_quants::GgmlType>::ID,
-        backend: "avx512vnni-q4_0x8",
-        priority: 20,
-        available: has_vnni,
-        applies,
-        repack,
-        tile,
-    }
-}
+/// The layout, owned by the AVX-512 VNNI q4_0 kernel (`kernels.rs`).
+pub const LAYOUT: Repack = Repack { name: "q4_0x8", applies, repack, tile };

@@ -23,13 +23,14 @@ use crate::scalar::act::{Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES};
 
 static VNNI: AtomicU8 = AtomicU8::new(0);
 
-/// AVX2/FMA/F16C plus AVX-512 F/BW/VL/VNNI are available.
+/// AVX2/FMA/F16C plus AVX-512 F/BW/VL/VNNI are available and allowed by [`crate::cpu`]'s cap.
 pub fn has_vnni() -> bool {
     match VNNI.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
         _ => {
             let yes = super::has_avx2()
+                && crate::cpu::allows(crate::cpu::Level::Wide)
                 && std::is_x86_feature_detected!("avx512f")
                 && std::is_x86_feature_detected!("avx512bw")
                 && std::is_x86_feature_detected!("avx512vl")
