@@ -153,6 +153,8 @@ per_type! {
     rowwise_iq4_nl = "iq4_nl";
     rowwise_iq4_xs = "iq4_xs";
     rowwise_mxfp4 = "mxfp4";
+    rowwise_iq3_s = "iq3_s";
+    rowwise_iq2_xs = "iq2_xs";
 }
 
 /// The list above covers every type with a kernel here; the others (the generic path)
@@ -161,7 +163,7 @@ per_type! {
 fn rowwise_every_other_type_generic() {
     let listed = [
         "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
-        "iq4_xs", "mxfp4",
+        "iq4_xs", "mxfp4", "iq3_s", "iq2_xs",
     ];
     let pools = [Pool::new(1), Pool::new(2)];
     for t in ggml_quants::all() {

@@ -5,6 +5,7 @@
 pub mod act;
 pub mod dots;
 pub mod iq4;
+pub mod lattice;
 pub mod ops;
 
 /// Reads a little-endian fp16 at `at` as f32 (exact, as F16C's `vcvtph2ps`).
