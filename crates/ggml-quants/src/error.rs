@@ -12,6 +12,10 @@ pub enum Error {
         /// The registered ids and names, sorted.
         known: String,
     },
+    /// Two registered types claim one id or name at the same priority (a registry
+    /// problem, also reported by `registry_problems`).
+    #[error("{0}")]
+    Clash(String),
     /// No registered type has this name.
     #[error("unknown ggml type name {name:?} (known: {known})")]
     UnknownTypeName {

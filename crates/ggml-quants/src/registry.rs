@@ -1,7 +1,6 @@
 //! The type registry: what every ggml type is, collected from `inventory` submissions and
 //! indexed once.
 
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use crate::{Error, Result};
@@ -44,6 +43,9 @@ pub struct TypeTraits {
     pub quantize_rows_fn: Option<QuantizeRowsFn>,
     /// `ggml_quantize_requires_imatrix`.
     pub requires_imatrix: bool,
+    /// Higher wins when two types claim one id (a plug-in replacing a built-in type's
+    /// code); built-ins have 0.
+    pub priority: i32,
 }
 
 inventory::collect!(TypeTraits);
@@ -70,6 +72,8 @@ pub trait GgmlType: 'static {
     const QUANTIZE_REF: Option<QuantizeRefFn> = None;
     /// `ggml_quantize_chunk`'s quantizer, if ggml has one.
     const QUANTIZE_ROWS: Option<QuantizeRowsFn> = None;
+    /// Precedence over another type with the same id (see [`TypeTraits::priority`]).
+    const PRIORITY: i32 = 0;
 
     /// Decodes whole blocks (`src.len() / TYPE_SIZE` of them) into `dst`.
     fn dequantize(src: &[u8], dst: &mut [f32]);
@@ -85,6 +89,7 @@ pub trait GgmlType: 'static {
         quantize_ref_fn: Self::QUANTIZE_REF,
         quantize_rows_fn: Self::QUANTIZE_ROWS,
         requires_imatrix: Self::REQUIRES_IMATRIX,
+        priority: Self::PRIORITY,
     };
 }
 
@@ -187,43 +192,66 @@ impl TypeTraits {
     }
 }
 
+/// A type is looked up by its GGUF id and by its ggml name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TypeKey {
+    /// The GGUF / `enum ggml_type` id.
+    Id(u32),
+    /// ggml's `type_name`, as registered (case-sensitive).
+    Name(String),
+}
+
+impl std::fmt::Display for TypeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TypeKey::Id(id) => write!(f, "id {id}"),
+            TypeKey::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+impl gguf_registry::Entry for TypeTraits {
+    type Key = TypeKey;
+    const KIND: &'static str = "ggml type";
+    fn keys(&self) -> Vec<TypeKey> {
+        vec![TypeKey::Id(self.id), TypeKey::Name(self.name.to_string())]
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    /// Types carry no origin: the name orders two types of one id (`"q4_0"` before
+    /// `"q4_0_mine"`), and two types of one name and priority resolve to neither.
+    fn provider(&self) -> &str {
+        self.name
+    }
+}
+
 struct Index {
-    by_id: BTreeMap<u32, &'static TypeTraits>,
-    by_name: BTreeMap<&'static str, &'static TypeTraits>,
+    registry: gguf_registry::Registry<TypeTraits>,
     all: Vec<&'static TypeTraits>,
-    problems: Vec<String>,
+    names: Vec<&'static str>,
+    sizes: Vec<String>,
 }
 
 fn index() -> &'static Index {
     static INDEX: OnceLock<Index> = OnceLock::new();
     INDEX.get_or_init(|| {
-        let mut by_id: BTreeMap<u32, &'static TypeTraits> = BTreeMap::new();
-        let mut by_name: BTreeMap<&'static str, &'static TypeTraits> = BTreeMap::new();
-        let mut problems = Vec::new();
-        let mut ambiguous_ids = Vec::new();
-        let mut ambiguous_names = Vec::new();
-        for t in inventory::iter::<TypeTraits> {
-            if let Some(prev) = by_id.insert(t.id, t) {
-                problems.push(format!("type id {} registered twice ({} and {})", t.id, prev.name, t.name));
-                ambiguous_ids.push(t.id);
-            }
-            if let Some(prev) = by_name.insert(t.name, t) {
-                problems.push(format!("type name {:?} registered twice (ids {} and {})", t.name, prev.id, t.id));
-                ambiguous_names.push(t.name);
-            }
-            if t.block_size == 0 || t.type_size == 0 {
-                problems.push(format!("type {} has a zero block or type size", t.name));
+        let registry = gguf_registry::Registry::new(inventory::iter::<TypeTraits>);
+        let mut all: Vec<&'static TypeTraits> = Vec::new();
+        let mut names: Vec<&'static str> = Vec::new();
+        for k in registry.keys() {
+            match k {
+                TypeKey::Id(_) => all.extend(registry.get(k)),
+                TypeKey::Name(_) => names.extend(registry.get(k).map(|t| t.name)),
             }
         }
-        // An ambiguous key resolves to nothing rather than to whichever entry won.
-        for id in ambiguous_ids {
-            by_id.remove(&id);
-        }
-        for name in ambiguous_names {
-            by_name.remove(name);
-        }
-        let all = by_id.values().copied().collect();
-        Index { by_id, by_name, all, problems }
+        let sizes = registry
+            .entries()
+            .iter()
+            .filter(|t| t.block_size == 0 || t.type_size == 0)
+            .map(|t| format!("type {} has a zero block or type size", t.name))
+            .collect();
+        Index { registry, all, names, sizes }
     })
 }
 
@@ -234,41 +262,48 @@ pub fn all() -> &'static [&'static TypeTraits] {
 
 /// The type with GGUF id `id`.
 pub fn by_id(id: u32) -> Option<&'static TypeTraits> {
-    index().by_id.get(&id).copied()
+    index().registry.get(&TypeKey::Id(id))
 }
 
 /// The type with ggml name `name` (case-sensitive, `"q4_K"`); falls back to a
 /// case-insensitive match when that is unique.
 pub fn by_name(name: &str) -> Option<&'static TypeTraits> {
     let idx = index();
-    if let Some(t) = idx.by_name.get(name) {
+    if let Some(t) = idx.registry.get(&TypeKey::Name(name.to_string())) {
         return Some(t);
     }
-    let mut hits = idx.by_name.values().filter(|t| t.name.eq_ignore_ascii_case(name));
+    let mut hits = idx.names.iter().filter(|n| n.eq_ignore_ascii_case(name));
     match (hits.next(), hits.next()) {
-        (Some(t), None) => Some(t),
+        (Some(n), None) => idx.registry.get(&TypeKey::Name(n.to_string())),
         _ => None,
     }
 }
 
-/// [`by_id`], or an error that lists the known ids.
+/// [`by_id`], or an error that lists the known ids (or names the clash that hides it).
 pub fn lookup_id(id: u32) -> Result<&'static TypeTraits> {
-    by_id(id).ok_or_else(|| Error::UnknownTypeId {
-        id,
-        known: all().iter().map(|t| format!("{}={}", t.id, t.name)).collect::<Vec<_>>().join(", "),
+    by_id(id).ok_or_else(|| match index().registry.clash(&TypeKey::Id(id)) {
+        Some(p) => Error::Clash(p.to_string()),
+        None => Error::UnknownTypeId {
+            id,
+            known: all().iter().map(|t| format!("{}={}", t.id, t.name)).collect::<Vec<_>>().join(", "),
+        },
     })
 }
 
-/// [`by_name`], or an error that lists the known names.
+/// [`by_name`], or an error that lists the known names (or names the clash that hides it).
 pub fn lookup_name(name: &str) -> Result<&'static TypeTraits> {
-    by_name(name).ok_or_else(|| Error::UnknownTypeName {
-        name: name.to_string(),
-        known: index().by_name.keys().copied().collect::<Vec<_>>().join(", "),
+    by_name(name).ok_or_else(|| match index().registry.clash(&TypeKey::Name(name.to_string())) {
+        Some(p) => Error::Clash(p.to_string()),
+        None => Error::UnknownTypeName { name: name.to_string(), known: index().names.join(", ") },
     })
 }
 
-/// Clashes found while indexing (a duplicate id or name, a zero size). Empty when the
-/// registry is sound; tests assert that.
-pub fn registry_problems() -> &'static [String] {
-    &index().problems
+/// Clashes found while indexing (two types of one id or name at one priority, a zero
+/// size) and deliberate overrides. No problems when the registry is sound; tests assert
+/// that.
+pub fn registry_problems() -> gguf_registry::Report {
+    let idx = index();
+    let mut r = idx.registry.report();
+    r.problems.extend(idx.sizes.iter().cloned());
+    r
 }

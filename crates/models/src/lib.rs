@@ -28,7 +28,10 @@ pub use error::{Error, Result};
 pub use kv_cache::CacheType;
 pub use model::{Logits, Model, Observer, Segment, State, StateOptions};
 pub use quant_kernels::{Pool, MAX_THREADS};
-pub use registry::{architectures, Architecture};
+pub use registry::{architectures, registry_problems, Architecture};
+
+/// The registry crate, for `models::gguf_registry::submit!` in plug-in crates.
+pub use gguf_registry;
 pub use sampling::{Sampler, SamplerParams};
 
 /// Re-exported for architectures registered from other crates.

@@ -1,36 +1,100 @@
-//! The architecture registry: architectures submit an [`Architecture`] with
-//! `inventory::submit!`, and [`load`] picks one by `general.architecture`.
+//! The architecture registry: architectures submit an [`Architecture`] (with
+//! `gguf_registry::submit!`, which records the registering module), and [`load`] picks
+//! one by `general.architecture` — the highest priority, then the module name, never
+//! link order ([`gguf_registry`]'s rule); a clash is reported by [`registry_problems`].
+
+use std::sync::OnceLock;
 
 use gguf_format::SplitGguf;
 
 use crate::model::Model;
 use crate::{Error, Result};
 
+/// Builds the model from the (mapped) file: one file or a `llama-gguf-split` shard set,
+/// read as one — metadata from the first shard, tensors from all
+/// ([`crate::loader::Loader`] and [`crate::loader::TensorRef`] hide which).
+pub type LoadFn = fn(std::sync::Arc<SplitGguf>) -> Result<Box<dyn Model>>;
+
 /// How to load one architecture from a GGUF model.
+#[derive(Debug)]
 pub struct Architecture {
     /// `general.architecture` value, e.g. `"llama"`.
     pub name: &'static str,
-    /// Builds the model from the (mapped) model: one file or a `llama-gguf-split` shard
-    /// set, read as one — metadata from the first shard, tensors from all
-    /// ([`crate::loader::Loader`] and [`crate::loader::TensorRef`] hide which).
-    pub load: fn(std::sync::Arc<SplitGguf>) -> Result<Box<dyn Model>>,
+    /// The loader.
+    pub load: LoadFn,
+    /// Higher wins when two entries claim one name (a plug-in replacing a built-in);
+    /// built-ins have 0.
+    pub priority: i32,
+    /// The module that registered it (set by `gguf_registry::submit!`).
+    pub origin: &'static str,
+}
+
+impl Architecture {
+    /// The fields other than `name` and `load`, for `Architecture { name, load, ..BASE }`.
+    pub const BASE: Architecture =
+        Architecture { name: "", load: |_| Err(Error::Invalid("no loader".into())), priority: 0, origin: "" };
+
+    /// An entry at priority 0.
+    pub const fn new(name: &'static str, load: LoadFn) -> Self {
+        Architecture { name, load, priority: 0, origin: "" }
+    }
+    /// With a priority (above 0 replaces a built-in of the same name).
+    pub const fn priority(self, priority: i32) -> Self {
+        Architecture { priority, ..self }
+    }
+    /// With the registering module (what `gguf_registry::submit!` calls).
+    pub const fn with_origin(self, origin: &'static str) -> Self {
+        Architecture { origin, ..self }
+    }
 }
 
 inventory::collect!(Architecture);
 
-/// Every registered architecture, sorted by name.
+impl gguf_registry::Entry for Architecture {
+    type Key = &'static str;
+    const KIND: &'static str = "architecture";
+    fn keys(&self) -> Vec<&'static str> {
+        vec![self.name]
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn provider(&self) -> &str {
+        self.origin
+    }
+}
+
+fn index() -> &'static gguf_registry::Registry<Architecture> {
+    static INDEX: OnceLock<gguf_registry::Registry<Architecture>> = OnceLock::new();
+    INDEX.get_or_init(|| gguf_registry::Registry::new(inventory::iter::<Architecture>))
+}
+
+/// The architecture used for each registered name, sorted by name.
 pub fn architectures() -> Vec<&'static Architecture> {
-    let mut v: Vec<_> = inventory::iter::<Architecture>.into_iter().collect();
-    v.sort_by_key(|a| a.name);
-    v
+    index().winners()
 }
 
 /// The architecture registered under `name`.
 pub fn lookup(name: &str) -> Result<&'static Architecture> {
-    inventory::iter::<Architecture>.into_iter().find(|a| a.name == name).ok_or_else(|| Error::UnknownArchitecture {
+    let idx = index();
+    // Keys are `&'static str`: find the registered one equal to `name`.
+    let key = idx.keys().find(|k| **k == name).copied();
+    if let Some(a) = key.and_then(|k| idx.get(&k)) {
+        return Ok(a);
+    }
+    if let Some(p) = key.and_then(|k| idx.clash(&k)) {
+        return Err(Error::Invalid(p.to_string()));
+    }
+    Err(Error::UnknownArchitecture {
         name: name.to_string(),
         known: architectures().iter().map(|a| a.name).collect::<Vec<_>>().join(", "),
     })
+}
+
+/// Clashes (two architectures of one name and priority) and overrides. No problems for
+/// the built-ins; tested.
+pub fn registry_problems() -> gguf_registry::Report {
+    index().report()
 }
 
 /// Loads the model in `file`, dispatching on `general.architecture`.

@@ -104,6 +104,9 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// Two recipes claim one name at one priority from one module (a registry problem).
+    #[error("{0}")]
+    Registry(String),
     /// A recipe's per-tensor rule refused a tensor.
     #[error("recipe {recipe}: {reason}")]
     Rule {

@@ -30,6 +30,8 @@ pub use rules::{Category, ModelInfo, TensorCtx};
 
 /// `inventory` re-exported for plug-in recipes.
 pub use inventory;
+/// The registry crate, for `quantize::gguf_registry::submit!` in plug-in crates.
+pub use gguf_registry;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

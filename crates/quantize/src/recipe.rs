@@ -2,8 +2,10 @@
 //! a default tensor type, the `general.file_type` number it writes, and a per-tensor rule
 //! that moves sensitive tensors to other types.
 //!
-//! Recipes register themselves with `inventory::submit!`; a crate outside this one adds a
-//! recipe with one module (see `tests/custom_recipe.rs`).
+//! Recipes register themselves with `gguf_registry::submit!` (`inventory::submit!` with
+//! the registering module recorded); a crate outside this one adds a recipe with one
+//! module (see `tests/custom_recipe.rs`). A name registered twice is reported by
+//! [`registry_problems`]; the higher priority, then the module name, wins.
 
 use std::sync::OnceLock;
 
@@ -36,11 +38,53 @@ pub struct Recipe {
     pub rule: RuleFn,
     /// Listing order (llama-quantize's table order for the built-ins).
     pub order: u32,
+    /// Higher wins when two recipes claim one name (a plug-in replacing a built-in);
+    /// built-ins have 0.
+    pub priority: i32,
+    /// The module that registered it (set by `gguf_registry::submit!`).
+    pub origin: &'static str,
 }
 
 inventory::collect!(Recipe);
 
 impl Recipe {
+    /// A recipe whose tensors all get `default_type` unless `rule` says otherwise, listed
+    /// after the built-ins, priority 0.
+    pub const fn new(name: &'static str, ftype: u32, default_type: &'static str, rule: RuleFn) -> Self {
+        Recipe {
+            name,
+            aliases: &[],
+            ftype,
+            default_type,
+            description: "",
+            copy_only: false,
+            rule,
+            order: 1000,
+            priority: 0,
+            origin: "",
+        }
+    }
+    /// With other names.
+    pub const fn with_aliases(self, aliases: &'static [&'static str]) -> Self {
+        Recipe { aliases, ..self }
+    }
+    /// With a line for `--help`.
+    pub const fn with_description(self, description: &'static str) -> Self {
+        Recipe { description, ..self }
+    }
+    /// With a listing position.
+    pub const fn with_order(self, order: u32) -> Self {
+        Recipe { order, ..self }
+    }
+    /// With a priority (above 0 replaces a built-in of the same name).
+    pub const fn priority(self, priority: i32) -> Self {
+        Recipe { priority, ..self }
+    }
+    /// With the registering module (what `gguf_registry::submit!` calls).
+    pub const fn with_origin(self, origin: &'static str) -> Self {
+        Recipe { origin, ..self }
+    }
+
     /// The default type's registry entry.
     pub fn default_traits(&self) -> Result<&'static ggml_quants::TypeTraits> {
         ggml_quants::by_name(self.default_type).ok_or_else(|| Error::Rule {
@@ -55,27 +99,45 @@ pub fn uniform_rule(_: &Recipe, _: &TensorCtx<'_>, chosen: u32) -> std::result::
     Ok(chosen)
 }
 
-fn index() -> &'static [&'static Recipe] {
-    static ALL: OnceLock<Vec<&'static Recipe>> = OnceLock::new();
-    ALL.get_or_init(|| {
-        let mut v: Vec<&'static Recipe> = inventory::iter::<Recipe>.into_iter().collect();
-        v.sort_by_key(|r| (r.order, r.name));
-        v
+impl gguf_registry::Entry for Recipe {
+    /// Names and aliases, upper-cased: llama-quantize matches them case-insensitively.
+    type Key = String;
+    const KIND: &'static str = "recipe";
+    fn keys(&self) -> Vec<String> {
+        std::iter::once(&self.name).chain(self.aliases).map(|n| n.to_ascii_uppercase()).collect()
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn provider(&self) -> &str {
+        self.origin
+    }
+}
+
+struct Index {
+    registry: gguf_registry::Registry<Recipe>,
+    listed: Vec<&'static Recipe>,
+}
+
+fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let registry = gguf_registry::Registry::new(inventory::iter::<Recipe>);
+        let mut listed = registry.winners();
+        listed.sort_by_key(|r| (r.order, r.name));
+        Index { registry, listed }
     })
 }
 
 /// Every registered recipe, in listing order.
 pub fn all() -> &'static [&'static Recipe] {
-    index()
+    &index().listed
 }
 
 /// Looks a recipe up as llama-quantize does: by name or alias, case-insensitively, then by
 /// its `llama_ftype` number (the first recipe in listing order with that number).
 pub fn by_name(name: &str) -> Option<&'static Recipe> {
-    let hit = all()
-        .iter()
-        .find(|r| r.name.eq_ignore_ascii_case(name) || r.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)));
-    if let Some(r) = hit {
+    if let Some(r) = index().registry.get(&name.to_ascii_uppercase()) {
         return Some(r);
     }
     let n: u32 = name.trim().parse().ok()?;
@@ -97,28 +159,35 @@ pub fn resolve(name: &str) -> Option<(&'static Recipe, &'static str)> {
 
 /// [`by_name`], or an error listing the known recipes.
 pub fn lookup(name: &str) -> Result<&'static Recipe> {
-    by_name(name).ok_or_else(|| Error::UnknownRecipe {
-        name: name.to_string(),
-        known: all().iter().map(|r| r.name).collect::<Vec<_>>().join(", "),
+    by_name(name).ok_or_else(|| match index().registry.clash(&name.to_ascii_uppercase()) {
+        Some(p) => Error::Registry(p.to_string()),
+        None => Error::UnknownRecipe {
+            name: name.to_string(),
+            known: all().iter().map(|r| r.name).collect::<Vec<_>>().join(", "),
+        },
     })
 }
 
-/// Registry consistency problems: two recipes (or aliases) with one name, a default type
-/// that is not registered. Empty when all is well; tested.
-pub fn registry_problems() -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut seen: Vec<String> = Vec::new();
-    for r in all() {
-        for n in std::iter::once(&r.name).chain(r.aliases.iter()) {
-            let up = n.to_ascii_uppercase();
-            if seen.contains(&up) {
-                problems.push(format!("recipe name {n:?} registered twice"));
-            }
-            seen.push(up);
-        }
+/// Registry consistency problems: two recipes (or aliases) with one name at one priority,
+/// a default type that is not registered; and deliberate overrides. No problems for the
+/// built-ins; tested.
+pub fn registry_problems() -> gguf_registry::Report {
+    let mut report = index().registry.report();
+    for r in index().registry.entries() {
         if ggml_quants::by_name(r.default_type).is_none() {
-            problems.push(format!("recipe {}: default type {:?} is not registered", r.name, r.default_type));
+            report.problems.push(format!("recipe {}: default type {:?} is not registered", r.name, r.default_type));
         }
     }
-    problems
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn builtin_recipes_are_sound() {
+        let r = super::registry_problems();
+        assert!(r.problems.is_empty() && r.overrides.is_empty(), "{r:?}");
+        assert_eq!(super::lookup("q4_k").unwrap().name, "Q4_K_M");
+        assert_eq!(super::resolve("15").unwrap().1, "Q4_K");
+    }
 }

@@ -1,11 +1,12 @@
 //! A recipe registered from outside the crate (this test is its own crate): one
-//! `inventory::submit!`, no change to the core, and `gguf quantize`'s lookup finds it.
+//! `submit!`, no change to the core, and `gguf quantize`'s lookup finds it; a second
+//! registration of a built-in name is reported, a higher-priority one replaces it.
 mod common;
 
 use std::sync::atomic::AtomicBool;
 
 use gguf_format::{GgufFile, SplitGguf};
-use quantize::{inventory, recipe, Category, Params, Recipe, TensorCtx};
+use quantize::{recipe, Category, Params, Recipe, TensorCtx};
 
 /// Attention in Q8_0, everything else in the default Q4_0.
 fn attn_q8(_: &Recipe, t: &TensorCtx<'_>, chosen: u32) -> Result<u32, String> {
@@ -16,22 +17,26 @@ fn attn_q8(_: &Recipe, t: &TensorCtx<'_>, chosen: u32) -> Result<u32, String> {
     Ok(if attn { 8 } else { chosen })
 }
 
-inventory::submit! {
-    Recipe {
-        name: "DEMO_ATTN_Q8",
-        aliases: &["demo"],
-        ftype: 1000,
-        default_type: "q4_0",
-        description: "test: attention in q8_0, the rest q4_0",
-        copy_only: false,
-        rule: attn_q8,
-        order: 1000,
-    }
-}
+quantize::gguf_registry::submit!(Recipe::new("DEMO_ATTN_Q8", 1000, "q4_0", attn_q8)
+    .with_aliases(&["demo"])
+    .with_description("test: attention in q8_0, the rest q4_0"));
+
+// A second `Q8_0` at the built-in's priority: reported, and ordered by module name.
+quantize::gguf_registry::submit!(Recipe::new("Q8_0", 7, "q8_0", quantize::recipe::uniform_rule));
+
+// A replacement for `Q4_1` at a higher priority: listed as an override, and used.
+quantize::gguf_registry::submit!(Recipe::new("Q4_1", 3, "q4_1", quantize::recipe::uniform_rule).priority(1));
 
 #[test]
 fn plug_in_recipe_is_found_and_applied() {
-    assert!(recipe::registry_problems().is_empty(), "{:?}", recipe::registry_problems());
+    let report = recipe::registry_problems();
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert!(report.problems[0].contains("recipe `Q8_0` is registered 2 times at priority 0"), "{report:?}");
+    // "custom_recipe" sorts before "quantize::recipes::legacy": the plug-in wins the tie.
+    assert_eq!(recipe::lookup("q8_0").unwrap().origin, "custom_recipe");
+    assert_eq!(report.overrides.len(), 1, "{report:?}");
+    assert_eq!(recipe::lookup("Q4_1").unwrap().origin, "custom_recipe");
+    assert_eq!(recipe::all().iter().filter(|r| r.name == "Q4_1").count(), 1);
     let r = recipe::lookup("demo").unwrap();
     assert_eq!(r.name, "DEMO_ATTN_Q8");
     assert_eq!(recipe::lookup("1000").unwrap().name, "DEMO_ATTN_Q8");

@@ -40,6 +40,8 @@ use std::collections::BTreeSet;
 
 pub use decode::{drain_utf8, StreamDecoder};
 pub use inventory;
+/// The registry crate, for `tokenizer::gguf_registry::submit!` in plug-in crates.
+pub use gguf_registry;
 use texts::Texts;
 
 /// Errors of this crate.
@@ -64,6 +66,9 @@ pub enum Error {
         /// The known names.
         known: String,
     },
+    /// Two registered pre-tokenizers claim one name at one priority from one module.
+    #[error("{0}")]
+    Registry(String),
     /// `tokenizer.ggml.pre` names a pre-tokenizer llama.cpp does not accept.
     #[error("unknown pre-tokenizer type '{name}' (known: {known})")]
     UnknownPreTokenizer {

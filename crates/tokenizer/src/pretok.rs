@@ -4,8 +4,8 @@
 //! special-cases, the ECMAScript engine in [`crate::regex`] for the rest, on the same
 //! "collapsed" text llama.cpp builds.
 //!
-//! A new pre-tokenizer is one `inventory::submit!` of a [`PreTokenizer`] — nothing in
-//! the core changes.
+//! A new pre-tokenizer is one `gguf_registry::submit!(PreTokenizer::new(..))` — nothing
+//! in the core changes; a name registered twice is reported by [`registry_problems`].
 
 use crate::regex::Regex;
 use crate::unicode::{self, Flags};
@@ -72,28 +72,86 @@ pub struct PreTokenizer {
     pub byte_encode: bool,
     /// Vocabulary flags.
     pub flags: PreFlags,
+    /// Higher wins when two entries claim one name (a plug-in replacing a built-in);
+    /// built-ins have 0.
+    pub priority: i32,
+    /// The module that registered it (set by `gguf_registry::submit!`).
+    pub origin: &'static str,
+}
+
+impl PreTokenizer {
+    /// A pre-tokenizer answering to `names`, splitting with `regexes` in sequence, GPT-2
+    /// byte encoding, BPE's default flags, priority 0.
+    pub const fn new(kind: &'static str, names: &'static [&'static str], regexes: &'static [&'static str]) -> Self {
+        PreTokenizer { names, kind, regexes, byte_encode: true, flags: PreFlags::DEFAULT, priority: 0, origin: "" }
+    }
+    /// With these vocabulary flags.
+    pub const fn with_flags(self, flags: PreFlags) -> Self {
+        PreTokenizer { flags, ..self }
+    }
+    /// Words stay raw UTF-8 (no GPT-2 byte-to-unicode encoding).
+    pub const fn raw_utf8(self) -> Self {
+        PreTokenizer { byte_encode: false, ..self }
+    }
+    /// With a priority (above 0 replaces a built-in of the same name).
+    pub const fn priority(self, priority: i32) -> Self {
+        PreTokenizer { priority, ..self }
+    }
+    /// With the registering module (what `gguf_registry::submit!` calls).
+    pub const fn with_origin(self, origin: &'static str) -> Self {
+        PreTokenizer { origin, ..self }
+    }
 }
 
 inventory::collect!(PreTokenizer);
 
-/// Every registered pre-tokenizer.
+impl gguf_registry::Entry for PreTokenizer {
+    type Key = &'static str;
+    const KIND: &'static str = "pre-tokenizer";
+    fn keys(&self) -> Vec<&'static str> {
+        self.names.to_vec()
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn provider(&self) -> &str {
+        self.origin
+    }
+}
+
+fn index() -> &'static gguf_registry::Registry<PreTokenizer> {
+    static INDEX: std::sync::OnceLock<gguf_registry::Registry<PreTokenizer>> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| gguf_registry::Registry::new(inventory::iter::<PreTokenizer>))
+}
+
+/// Every registered pre-tokenizer (hidden ones too), sorted by first name.
 pub fn all() -> impl Iterator<Item = &'static PreTokenizer> {
-    inventory::iter::<PreTokenizer>.into_iter()
+    index().entries().iter().copied()
 }
 
 /// Every accepted `tokenizer.ggml.pre` name, sorted.
 pub fn known_names() -> Vec<&'static str> {
-    let mut v: Vec<&str> = all().flat_map(|p| p.names.iter().copied()).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    index().keys().copied().collect()
 }
 
-/// The pre-tokenizer registered under `name`.
+/// The pre-tokenizer used for `name`: the highest priority, then the registering module
+/// ([`gguf_registry`]'s rule).
 pub fn lookup(name: &str) -> Result<&'static PreTokenizer, Error> {
-    all()
-        .find(|p| p.names.contains(&name))
-        .ok_or_else(|| Error::UnknownPreTokenizer { name: name.to_string(), known: known_names().join(", ") })
+    let idx = index();
+    let key = idx.keys().find(|k| **k == name).copied();
+    if let Some(p) = key.and_then(|k| idx.get(&k)) {
+        return Ok(p);
+    }
+    if let Some(c) = key.and_then(|k| idx.clash(&k)) {
+        return Err(Error::Registry(c.to_string()));
+    }
+    Err(Error::UnknownPreTokenizer { name: name.to_string(), known: known_names().join(", ") })
+}
+
+/// Clashes (two pre-tokenizers of one name and priority) and overrides. No problems for
+/// the built-ins; tested.
+pub fn registry_problems() -> gguf_registry::Report {
+    index().report()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -131,7 +189,15 @@ macro_rules! pre {
     };
     ($kind:literal, [$($name:literal),*], $regexes:expr, $flags:expr, $byte_encode:expr) => {
         inventory::submit! {
-            PreTokenizer { names: &[$($name),*], kind: $kind, regexes: $regexes, byte_encode: $byte_encode, flags: $flags }
+            PreTokenizer {
+                names: &[$($name),*],
+                kind: $kind,
+                regexes: $regexes,
+                byte_encode: $byte_encode,
+                flags: $flags,
+                priority: 0,
+                origin: module_path!(),
+            }
         }
     };
 }

@@ -30,7 +30,7 @@ const BUILT_IN: &[(u32, &str, usize, usize)] = &[
 
 #[test]
 fn every_built_in_type_is_registered_exactly_once() {
-    assert!(gq::registry_problems().is_empty(), "{:?}", gq::registry_problems());
+    assert!(gq::registry_problems().problems.is_empty(), "{:?}", gq::registry_problems());
     for &(id, name, bs, ts) in BUILT_IN {
         let t = gq::by_id(id).unwrap_or_else(|| panic!("type {name} (id {id}) not registered"));
         assert_eq!((t.name, t.block_size, t.type_size), (name, bs, ts), "id {id}");

@@ -7,7 +7,7 @@ use crate::registry::Architecture;
 use crate::rope::RopeMode;
 use crate::transformer::{Activation, Swa};
 
-inventory::submit! {
+gguf_registry::submit! {
     Architecture {
         name: "gemma3",
         load: |file| super::load_with(file, "gemma3", RopeMode::Neox, |ld, hp, spec| {
@@ -41,5 +41,6 @@ inventory::submit! {
             }
             Ok(())
         }),
+        ..Architecture::BASE
     }
 }

@@ -5,7 +5,7 @@ use crate::registry::Architecture;
 use crate::rope::RopeMode;
 use crate::Error;
 
-inventory::submit! {
+gguf_registry::submit! {
     Architecture {
         name: "llama",
         load: |file| super::load_with(file, "llama", RopeMode::Normal, |_, hp, _| {
@@ -14,5 +14,6 @@ inventory::submit! {
             }
             Ok(())
         }),
+        ..Architecture::BASE
     }
 }

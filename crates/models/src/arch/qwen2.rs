@@ -3,6 +3,6 @@
 use crate::registry::Architecture;
 use crate::rope::RopeMode;
 
-inventory::submit! {
-    Architecture { name: "qwen2", load: |file| super::load_with(file, "qwen2", RopeMode::Neox, |_, _, _| Ok(())) }
+gguf_registry::submit! {
+    Architecture { name: "qwen2", load: |file| super::load_with(file, "qwen2", RopeMode::Neox, |_, _, _| Ok(())), ..Architecture::BASE }
 }

@@ -3,12 +3,13 @@
 use crate::registry::Architecture;
 use crate::rope::RopeMode;
 
-inventory::submit! {
+gguf_registry::submit! {
     Architecture {
         name: "qwen3",
         load: |file| super::load_with(file, "qwen3", RopeMode::Neox, |_, _, spec| {
             spec.qk_norm = true;
             Ok(())
         }),
+        ..Architecture::BASE
     }
 }

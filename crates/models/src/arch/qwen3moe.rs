@@ -5,7 +5,7 @@ use crate::registry::Architecture;
 use crate::rope::RopeMode;
 use crate::Error;
 
-inventory::submit! {
+gguf_registry::submit! {
     Architecture {
         name: "qwen3moe",
         load: |file| super::load_with(file, "qwen3moe", RopeMode::Neox, |ld, hp, spec| {
@@ -16,5 +16,6 @@ inventory::submit! {
             spec.moe_norm_weights = true;
             Ok(())
         }),
+        ..Architecture::BASE
     }
 }

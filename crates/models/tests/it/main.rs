@@ -128,7 +128,7 @@ fn context_overflow_and_bad_token_are_errors() {
 
 // A third-party architecture: registered from outside the crate, reusing the shared
 // transformer with its own spec.
-models::inventory::submit! {
+models::gguf_registry::submit! {
     models::Architecture {
         name: "toy-llama",
         load: |file: Arc<SplitGguf>| {
@@ -148,12 +148,15 @@ models::inventory::submit! {
             };
             Ok(Box::new(models::transformer::Transformer::load(file.clone(), "toy-llama", hp, spec)?))
         },
+        ..models::Architecture::BASE
     }
 }
 
 #[test]
 fn a_third_party_architecture_registers_and_runs() {
     assert!(models::architectures().iter().any(|a| a.name == "toy-llama"));
+    let r = models::registry_problems();
+    assert!(r.problems.is_empty() && r.overrides.is_empty(), "{r:?}");
     let t = Tiny::new("toy-llama");
     let (_d, p) = tmp("t.gguf");
     write(&t, &p, None, &[]).unwrap();

@@ -18,5 +18,7 @@ inventory::submit! {
         copy_only: true,
         rule: uniform_rule,
         order: 39,
+        priority: 0,
+        origin: module_path!(),
     }
 }

@@ -23,6 +23,8 @@ macro_rules! builtin {
                 copy_only: false,
                 rule: $crate::rules::llama_cpp_rule,
                 order: $order,
+                priority: 0,
+                origin: module_path!(),
             }
         }
     };
