@@ -24,6 +24,7 @@ pub mod transformer;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use arch::{base_spec, load_with};
 pub use error::{Error, Result};
 pub use kv_cache::CacheType;
 pub use model::{Logits, Model, Observer, Segment, State, StateOptions};

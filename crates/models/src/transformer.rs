@@ -41,7 +41,12 @@ pub struct Swa {
 }
 
 /// What distinguishes one architecture of the family from another.
+///
+/// Start from [`Spec::llama`] and change the fields that differ (the struct is
+/// `#[non_exhaustive]`: new fields come with a llama default, so plug-in architectures
+/// keep compiling).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Spec {
     /// Rope pairing.
     pub rope_mode: RopeMode,
@@ -64,6 +69,26 @@ pub struct Spec {
     pub final_softcap: Option<f32>,
     /// Normalize the top-k expert weights to sum to one.
     pub moe_norm_weights: bool,
+}
+
+impl Spec {
+    /// The plain llama-style block with `rope_mode`: SwiGLU, no QK-norm, no post-norms,
+    /// no embedding scale or soft-capping, attention scale `1/√head_k`, top-k expert
+    /// weights normalized.
+    pub const fn llama(rope_mode: RopeMode) -> Spec {
+        Spec {
+            rope_mode,
+            qk_norm: false,
+            post_norms: false,
+            activation: Activation::Silu,
+            embed_scale: None,
+            attn_scale: None,
+            scale_q: false,
+            swa: None,
+            final_softcap: None,
+            moe_norm_weights: true,
+        }
+    }
 }
 
 enum Ffn {

@@ -1,5 +1,6 @@
 //! Built-in architectures, one module each. Each reads what sets it apart from the
-//! shared [`crate::transformer::Transformer`] and registers itself.
+//! shared [`crate::transformer::Transformer`] and registers itself through [`load_with`],
+//! which plug-in architectures of the same family use too.
 
 mod gemma3;
 mod llama;
@@ -15,27 +16,30 @@ use crate::hparams::Hparams;
 use crate::loader::Loader;
 use crate::model::Model;
 use crate::rope::RopeMode;
-use crate::transformer::{Activation, Spec, Transformer};
+use crate::transformer::{Spec, Transformer};
 use crate::Result;
 
-/// The plain llama-style spec: SwiGLU, no QK-norm, no post-norms.
-pub(crate) fn base_spec(ld: &Loader<'_>, rope_mode: RopeMode) -> Result<Spec> {
-    Ok(Spec {
-        rope_mode,
-        qk_norm: false,
-        post_norms: false,
-        activation: Activation::Silu,
-        embed_scale: None,
-        attn_scale: ld.opt_f32("attention.scale")?.filter(|&s| s != 0.0),
-        scale_q: false,
-        swa: None,
-        final_softcap: None,
-        moe_norm_weights: true,
-    })
+/// [`Spec::llama`] with the file's `attention.scale` (when set and non-zero).
+pub fn base_spec(ld: &Loader<'_>, rope_mode: RopeMode) -> Result<Spec> {
+    let mut spec = Spec::llama(rope_mode);
+    spec.attn_scale = ld.opt_f32("attention.scale")?.filter(|&s| s != 0.0);
+    Ok(spec)
 }
 
-/// Reads the common hyperparameters, lets `tweak` adjust the spec, loads the weights.
-pub(crate) fn load_with(
+/// Reads the common hyperparameters ([`Hparams::read`] under the `arch.` prefix) and
+/// [`base_spec`], lets `tweak` adjust the spec (and check the hyperparameters), loads the
+/// weights into a [`Transformer`]. What a built-in architecture's loader is, and what a
+/// plug-in architecture of the llama family needs:
+///
+/// ```ignore
+/// models::gguf_registry::submit!(models::Architecture::new("my-llama", |file| {
+///     models::load_with(file, "my-llama", models::rope::RopeMode::Neox, |_, _, spec| {
+///         spec.activation = models::transformer::Activation::Gelu;
+///         Ok(())
+///     })
+/// }));
+/// ```
+pub fn load_with(
     file: Arc<SplitGguf>,
     arch: &'static str,
     rope_mode: RopeMode,

@@ -134,18 +134,10 @@ models::gguf_registry::submit! {
         load: |file: Arc<SplitGguf>| {
             let ld = models::loader::Loader::new(&file, "toy-llama");
             let hp = models::hparams::Hparams::read(&ld)?;
-            let spec = models::transformer::Spec {
-                rope_mode: models::rope::RopeMode::Neox,
-                qk_norm: false,
-                post_norms: false,
-                activation: models::transformer::Activation::Silu,
-                embed_scale: Some(2.0),
-                attn_scale: None,
-                scale_q: false,
-                swa: None,
-                final_softcap: Some(5.0),
-                moe_norm_weights: false,
-            };
+            let mut spec = models::transformer::Spec::llama(models::rope::RopeMode::Neox);
+            spec.embed_scale = Some(2.0);
+            spec.final_softcap = Some(5.0);
+            spec.moe_norm_weights = false;
             Ok(Box::new(models::transformer::Transformer::load(file.clone(), "toy-llama", hp, spec)?))
         },
         ..models::Architecture::BASE
