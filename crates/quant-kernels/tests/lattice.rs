@@ -47,8 +47,8 @@ fn weights(rng: &mut StdRng, f: &Format, rows: usize, cols: usize) -> Vec<u8> {
 }
 
 /// Activation rows: from ggml's Q8_K quantizer (half the time), or random bytes with a
-/// finite scale (`−128` included, block sums left inconsistent: the kernels must follow the
-/// twin's arithmetic for any bytes).
+/// finite scale (`−128` included) and their block sums. (The sums must be right: llama.cpp's
+/// tiled VNNI kernel reads them, its AVX2 one does not, and both agree only then.)
 fn acts(rng: &mut StdRng, tokens: usize, cols: usize) -> Vec<u8> {
     let row = cols / 256 * Q8K_BYTES;
     let mut xq = vec![0u8; tokens * row];
@@ -63,6 +63,10 @@ fn acts(rng: &mut StdRng, tokens: usize, cols: usize) -> Vec<u8> {
         rng.fill(&mut xq[..]);
         for blk in xq.chunks_exact_mut(Q8K_BYTES) {
             blk[..4].copy_from_slice(&rng.gen_range(1e-4f32..0.1).to_le_bytes());
+            for j in 0..16 {
+                let sum: i16 = blk[4 + 16 * j..20 + 16 * j].iter().map(|&v| v as i8 as i16).sum();
+                blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&sum.to_le_bytes());
+            }
         }
     }
     xq
@@ -170,7 +174,7 @@ fn vec_dots_match_scalar_twin_bit_for_bit() {
         }
     }
     if expect_simd() {
-        assert_eq!(compared, 600);
+        assert!(compared >= 600, "only {compared} comparisons");
     }
 }
 
@@ -243,7 +247,8 @@ fn scalar_twins_compute_the_product() {
     }
 }
 
-/// On a VNNI machine the SIMD kernel is the one `matmul` picks.
+/// On a VNNI machine the VNNI kernel is the one `matmul` picks (unless `GGUF_CPU_FEATURES`
+/// caps the level), and every x86-64 SIMD level has a kernel for both types.
 #[test]
 fn simd_kernel_is_selected() {
     for type_id in [IQ3_S, IQ2_XS] {
@@ -252,6 +257,10 @@ fn simd_kernel_is_selected() {
             assert_eq!(info, "avx512vnni", "type {type_id}");
         } else {
             assert_ne!(info, "generic-dequant", "type {type_id}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        for backend in ["scalar", "avx2", "avx512vnni"] {
+            assert!(kernels_of(type_id).iter().any(|k| k.backend == backend), "type {type_id}: no {backend} kernel");
         }
     }
 }

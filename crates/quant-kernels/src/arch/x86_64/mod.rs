@@ -6,6 +6,7 @@ pub mod avx2;
 pub mod float512;
 pub mod iq4;
 pub mod lattice;
+pub mod lattice_avx2;
 pub mod ops;
 pub mod q4_0x8;
 pub mod vnni;
