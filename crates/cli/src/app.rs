@@ -60,8 +60,13 @@ enum Command {
         #[arg(long)]
         clean: bool,
     },
-    /// List the registered quant types.
-    Types,
+    /// List the registered quant types and the kernel each uses on this CPU.
+    Types {
+        /// Check every registry (types, kernels, architectures, pre-tokenizers, recipes)
+        /// for clashes and list overrides; exit 1 on a clash.
+        #[arg(long)]
+        check: bool,
+    },
     /// Generate text from a prompt (default model if no -m).
     Run(engine::RunArgs),
     /// Interactive chat using the model's chat template.
@@ -281,6 +286,11 @@ pub fn main() -> ExitCode {
             }
         })
     });
+    // A SIMD cap the kernels cannot read would silently run at full speed: refuse it.
+    if let Err(e) = quant_kernels::cpu::check_env() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -387,16 +397,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::TaskCheck(a) => crate::task_check::run(&a),
         Command::Perplexity(a) => crate::perplexity::run(&a),
         Command::Quantize(a) => crate::quantize::run(&a, &engine::INTERRUPTED),
-        Command::Types => {
-            println!("{:>4}  {:<10} {:>6} {:>6}  quantize", "id", "name", "block", "bytes");
-            for t in ggml_quants::all() {
-                let q = match (t.quantize_rows_fn.is_some(), t.requires_imatrix) {
-                    (true, true) => "yes (imatrix required)",
-                    (true, false) => "yes",
-                    (false, _) if t.quantize_ref_fn.is_some() => "reference only",
-                    _ => "no",
-                };
-                println!("{:>4}  {:<10} {:>6} {:>6}  {q}", t.id, t.name, t.block_size, t.type_size);
+        Command::Types { check } => {
+            if check {
+                let (text, sound) = crate::types::check();
+                print!("{text}");
+                if !sound {
+                    anyhow::bail!("the registries have problems (listed above)");
+                }
+            } else {
+                print!("{}", crate::types::table());
             }
             Ok(())
         }

@@ -27,6 +27,7 @@ pub mod serve;
 pub mod split;
 pub mod task_check;
 pub mod tokenize;
+pub mod types;
 
 /// Writes `bytes` to `path` atomically ([`gguf_format::atomic`]: an unpredictable
 /// create-new temporary beside it, renamed over it once synced, removed on any error).

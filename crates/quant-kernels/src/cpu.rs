@@ -29,6 +29,20 @@ pub enum Level {
     Native,
 }
 
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let arm = cfg!(target_arch = "aarch64");
+        f.write_str(match self {
+            Level::Scalar => "scalar",
+            Level::Simd if arm => "neon",
+            Level::Simd => "avx2",
+            Level::Wide if arm => "dotprod",
+            Level::Wide => "avx512vnni",
+            Level::Native => "native",
+        })
+    }
+}
+
 /// The names [`parse`] accepts, for messages.
 pub const NAMES: &str = "scalar, avx2, neon, avx512vnni, dotprod, native";
 

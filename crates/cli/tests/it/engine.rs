@@ -503,3 +503,45 @@ fn every_command_builds_and_prints_its_help() {
         assert!(o.stdout.contains("Usage: gguf"), "gguf {c} --help: {}", o.stdout);
     }
 }
+
+/// `GGUF_CPU_FEATURES` caps the kernels (the AVX2 or scalar paths on a machine that would
+/// pick AVX-512): a level it does not know is refused by name, before any work.
+#[test]
+fn cpu_features_cap_is_checked() {
+    let run = |v: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+            .arg("types")
+            .env("GGUF_CPU_FEATURES", v)
+            .output()
+            .unwrap()
+    };
+    let bad = run("sse9");
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("GGUF_CPU_FEATURES=\"sse9\"") && err.contains("avx2"), "{err}");
+    assert!(bad.stdout.is_empty());
+    for ok in ["scalar", "avx2", "native"] {
+        let o = run(ok);
+        assert_eq!(o.status.code(), Some(0), "{ok}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+/// `gguf types --check` runs every registry's clash check: the stock binary is sound.
+#[test]
+fn types_check_reports_every_registry() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gguf")).args(["types", "--check"]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for reg in ["ggml types", "kernels", "architectures", "pre-tokenizers", "recipes"] {
+        let line = out.lines().find(|l| l.starts_with(reg)).unwrap_or_else(|| panic!("{reg} missing: {out}"));
+        assert!(line.contains("0 problem(s)") && line.ends_with("ok"), "{line}");
+    }
+    let capped = std::process::Command::new(env!("CARGO_BIN_EXE_gguf"))
+        .arg("types")
+        .env("GGUF_CPU_FEATURES", "scalar")
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&capped.stdout);
+    let q4k = table.lines().find(|l| l.contains(" q4_K ")).unwrap();
+    assert!(q4k.ends_with("scalar"), "{q4k}");
+}
