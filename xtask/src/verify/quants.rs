@@ -564,7 +564,7 @@ pub fn run(cache: &Path, opts: &Opts, report: &mut Report) -> Result<()> {
         ggml.types().count(),
         ggml.type_count
     ));
-    for p in ggml_quants::registry_problems() {
+    for p in &ggml_quants::registry_problems().problems {
         report.push(Check::counted("registry", "problems", 1, 1, None, p.clone()));
     }
     let missing: Vec<String> = ggml
