@@ -58,6 +58,58 @@ fn interrupted_run_leaves_no_file() {
 }
 
 #[test]
+fn a_non_finite_weight_is_named_with_its_first_element_and_nothing_is_left() {
+    let (dir, file) = model();
+    let path = dir.path().join("in.gguf");
+    let t = file.tensor("blk.3.ffn_down.weight").unwrap().clone();
+    let base = file.first().data_offset() + t.offset;
+    let at = |i: u64| (base + 4 * i) as usize;
+    let mut bytes = std::fs::read(&path).unwrap();
+    drop(file);
+    bytes[at(70_000)..at(70_000) + 4].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    bytes[at(1_000)..at(1_000) + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let file = SplitGguf::open(&path).unwrap();
+    let out = dir.path().join("out.gguf");
+    for nthread in [1, 4] {
+        let p = Params { nthread, ..Params::new(recipe::lookup("Q4_0").unwrap()) };
+        let plan = quantize::plan(&file, &p).unwrap();
+        let err = quantize::write(&file, &plan, &p, &out, &AtomicBool::new(false), &|_| {}).unwrap_err().to_string();
+        assert!(err.contains("blk.3.ffn_down.weight") && err.contains("NaN at element 1000"), "{err}");
+        assert_eq!(files_in(dir.path()), ["in.gguf"]);
+    }
+}
+
+#[test]
+fn requantized_tensors_are_the_quantizers_output_on_the_decoded_input() {
+    let (dir, file) = model();
+    let q8 = dir.path().join("q8.gguf");
+    let p = Params { nthread: 2, ..Params::new(recipe::lookup("Q8_0").unwrap()) };
+    quantize::write(&file, &quantize::plan(&file, &p).unwrap(), &p, &q8, &AtomicBool::new(false), &|_| {}).unwrap();
+    let q8 = SplitGguf::open(&q8).unwrap();
+    let out = dir.path().join("q4.gguf");
+    let p = Params { nthread: 3, allow_requantize: true, ..Params::new(recipe::lookup("Q4_0").unwrap()) };
+    quantize::write(&q8, &quantize::plan(&q8, &p).unwrap(), &p, &out, &AtomicBool::new(false), &|_| {}).unwrap();
+    let q4 = GgufFile::open(&out).unwrap();
+    let mut requantized = 0;
+    for t in q4.tensors() {
+        let src = q8.tensor(&t.name).unwrap();
+        let data = q8.tensor_data(src).unwrap();
+        if src.type_id == t.type_id {
+            assert_eq!(q4.tensor_data(t).unwrap(), data, "{}", t.name);
+            continue;
+        }
+        let from = ggml_quants::by_id(src.type_id).unwrap();
+        let mut f = vec![0f32; src.n_elements as usize];
+        from.dequantize(data, &mut f).unwrap();
+        let want = ggml_quants::by_id(t.type_id).unwrap().quantize_to_vec(&f, src.dims[0] as usize, None).unwrap();
+        assert_eq!(q4.tensor_data(t).unwrap(), &want[..], "{}", t.name);
+        requantized += 1;
+    }
+    assert!(requantized > 0);
+}
+
+#[test]
 fn unwritable_output_is_an_error_naming_the_path() {
     let (_dir, file) = model();
     let p = Params::new(recipe::lookup("Q8_0").unwrap());
