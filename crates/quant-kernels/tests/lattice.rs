@@ -264,3 +264,39 @@ fn simd_kernel_is_selected() {
         }
     }
 }
+
+/// The tiled kernels keep decoded weights per thread between calls: a matrix changed in
+/// place (same address, same shape) must not be served from that copy.
+#[test]
+fn weights_changed_in_place_are_decoded_again() {
+    let mut rng = StdRng::seed_from_u64(95);
+    for type_id in [IQ3_S, IQ2_XS] {
+        let f = fmt(type_id);
+        for k in simd_kernels(type_id) {
+            let (rows, cols, tokens) = (24, 512, 16);
+            let (wrow, xrow) = (cols / 256 * f.bytes, cols / 256 * Q8K_BYTES);
+            let mut w = weights(&mut rng, &f, rows, cols);
+            let x = acts(&mut rng, tokens, cols);
+            for round in 0..3 {
+                if round > 0 {
+                    let at = rng.gen_range(0..w.len());
+                    w[at] ^= 0x10;
+                }
+                let mut y = vec![0f32; tokens * rows];
+                let tl = tile(cols, &w, wrow, rows, &x, xrow, tokens, tokens);
+                (k.tile.unwrap())(&tl, &mut y, rows);
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        let want = s::dot_path(&f, Path::Tiled, &w[r * wrow..][..wrow], &x[t * xrow..][..xrow]);
+                        assert_eq!(
+                            y[t * rows + r].to_bits(),
+                            want.to_bits(),
+                            "type {type_id} {} round {round}",
+                            k.backend
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -56,10 +56,11 @@ impl Lattice for Iq3S {
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
-        let qs = b.add(2 + 8 * g);
-        let qh = *b.add(66 + g) as usize;
-        let e = |k: usize| *IQ3S_GRID.get_unchecked(*qs.add(k) as usize | (((qh >> k) & 1) << 8)) as i32;
-        let grid = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+        // Index k = qs[8g + k] | bit k of qh[g] << 8, all 8 at once, then one gather.
+        let qs = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(2 + 8 * g) as *const __m128i));
+        let qh = _mm256_sllv_epi32(_mm256_set1_epi32(*b.add(66 + g) as i32), _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1));
+        let idx = _mm256_or_si256(qs, _mm256_and_si256(qh, _mm256_set1_epi32(256)));
+        let grid = _mm256_i32gather_epi32::<4>(IQ3S_GRID.as_ptr() as *const i32, idx);
         (grid, (b.add(74 + 4 * g) as *const u32).read_unaligned())
     }
 
@@ -78,11 +79,12 @@ impl Lattice for Iq2Xs {
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
-        let q = b.add(2 + 8 * g) as *const u16;
-        let q = |l: usize| q.add(l).read_unaligned() as usize;
-        let e = |l: usize| *IQ2XS_GRID.get_unchecked(q(l) & 511) as i64;
+        let p = b.add(2 + 8 * g);
+        // The 4 grid indices (low 9 bits of each u16), one gather of 4 × 8 bytes.
+        let idx = _mm_and_si128(_mm_cvtepu16_epi32(_mm_loadl_epi64(p as *const __m128i)), _mm_set1_epi32(511));
+        let grid = _mm256_i32gather_epi64::<8>(IQ2XS_GRID.as_ptr() as *const i64, idx);
+        let q = |l: usize| (p as *const u16).add(l).read_unaligned() as usize;
         let sg = |l: usize| (*KSIGNS_IQ2XS.get_unchecked(q(l) >> 9) as u32) << (8 * l);
-        let grid = _mm256_setr_epi64x(e(0), e(1), e(2), e(3));
         (grid, sg(0) | sg(1) | sg(2) | sg(3))
     }
 
@@ -196,6 +198,7 @@ unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
 }
 
 /// One block of 8 rows decoded for the tiled path.
+#[derive(Clone, Copy)]
 struct Rows8 {
     /// `u[k]` lane `i`: row `i`'s biased codes `4k..4k+4`.
     u: [__m256i; 64],
@@ -273,9 +276,24 @@ unsafe fn tiled_tokens<L: Lattice, const T: usize>(d: &Rows8, xb: &[*const u8; T
     }
 }
 
-/// The tiled path: rows in groups of 8 against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`).
+/// Every 8-row group and block of the tile decoded: `out[(r0 / 8)·nb + b]`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
+unsafe fn decode_all<L: Lattice>(a: &Args, out: &mut [Rows8]) {
+    let mut r0 = 0;
+    while r0 < a.rows {
+        let nr = (a.rows - r0).min(8);
+        let ro = row_offsets(nr, a.w_stride);
+        for b in 0..a.nb {
+            decode_rows8::<L>(a.w.add(r0 * a.w_stride), &ro, b, &mut out[(r0 / 8) * a.nb + b]);
+        }
+        r0 += 8;
+    }
+}
+
+/// The tiled path: rows in groups of 8 against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`),
+/// with the blocks decoded here or taken from `pre` ([`decode_all`]'s layout).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[Rows8]>) {
     let mut dec = Rows8 { u: [_mm256_setzero_si256(); 64], sc: [_mm256_setzero_si256(); 16], dw: _mm256_setzero_ps() };
     let mut r0 = 0;
     while r0 < a.rows {
@@ -284,7 +302,13 @@ unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
         let ro = row_offsets(nr, a.w_stride);
         let mut acc = [_mm256_setzero_ps(); TOK_CHUNK];
         for b in 0..a.nb {
-            decode_rows8::<L>(w0, &ro, b, &mut dec);
+            let d: &Rows8 = match pre {
+                Some(p) => p.get_unchecked((r0 / 8) * a.nb + b),
+                None => {
+                    decode_rows8::<L>(w0, &ro, b, &mut dec);
+                    &dec
+                }
+            };
             let xrow = |t: usize| a.x.add((t0 + t) * a.x_stride + b * Q8_K_BYTES);
             let mut t = 0;
             while t < nt {
@@ -292,15 +316,15 @@ unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
                 let acc = &mut acc[t..];
                 if left >= 8 {
                     let xb: [*const u8; 8] = core::array::from_fn(|i| xrow(t + i));
-                    tiled_tokens::<L, 8>(&dec, &xb, (&mut acc[..8]).try_into().unwrap_unchecked());
+                    tiled_tokens::<L, 8>(d, &xb, (&mut acc[..8]).try_into().unwrap_unchecked());
                     t += 8;
                 } else if left >= 4 {
                     let xb: [*const u8; 4] = core::array::from_fn(|i| xrow(t + i));
-                    tiled_tokens::<L, 4>(&dec, &xb, (&mut acc[..4]).try_into().unwrap_unchecked());
+                    tiled_tokens::<L, 4>(d, &xb, (&mut acc[..4]).try_into().unwrap_unchecked());
                     t += 4;
                 } else {
                     let xb: [*const u8; 1] = [xrow(t)];
-                    tiled_tokens::<L, 1>(&dec, &xb, (&mut acc[..1]).try_into().unwrap_unchecked());
+                    tiled_tokens::<L, 1>(d, &xb, (&mut acc[..1]).try_into().unwrap_unchecked());
                     t += 1;
                 }
             }
@@ -310,6 +334,28 @@ unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
         }
         r0 += 8;
     }
+}
+
+/// A tile's weights decoded for the tiled path, kept per thread: `matmul` runs the same row
+/// tile once per token block (16 tokens), and decoding an IQ block costs as much as its
+/// products with those tokens. An entry is used only if the tile's bytes equal the copy
+/// kept with it (compared in full), so a reused address never returns stale codes.
+struct Cached {
+    /// (weight address, rows, stride, block bytes).
+    key: (usize, usize, usize, usize),
+    raw: Vec<u8>,
+    dec: Vec<Rows8>,
+}
+
+/// Bytes of decoded and copied weights one thread keeps.
+const CACHE_BYTES: usize = 8 << 20;
+
+thread_local! {
+    static CACHE: std::cell::RefCell<Vec<Cached>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn cached_bytes(c: &Cached) -> usize {
+    c.raw.len() + c.dec.len() * core::mem::size_of::<Rows8>()
 }
 
 /// Bounds of a tile; panics (a caller bug, never reachable through `matmul`) rather than
@@ -342,6 +388,42 @@ fn tile_imp<L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         y_stride,
     };
     let tiled = s::path(t) == Path::Tiled;
+    let groups = t.rows.div_ceil(8) * nb;
+    let raw = &t.w[..(t.rows - 1) * t.w_stride + nb * L::BYTES];
+    if tiled && raw.len() + groups * core::mem::size_of::<Rows8>() <= CACHE_BYTES {
+        let key = (raw.as_ptr() as usize, t.rows, t.w_stride, L::BYTES);
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            let hit = c.iter().position(|e| e.key == key && e.raw[..] == raw[..]);
+            let i = match hit {
+                Some(i) => i,
+                None => {
+                    // SAFETY: the all-zero pattern is a valid `Rows8` (integer and float vectors).
+                    let mut dec = vec![unsafe { core::mem::zeroed::<Rows8>() }; groups];
+                    // SAFETY: as below (`check` bounds every row and block, VNNI present).
+                    unsafe { decode_all::<L>(&args, &mut dec) };
+                    let e = Cached { key, raw: raw.to_vec(), dec };
+                    let mut total = cached_bytes(&e);
+                    for old in c.iter() {
+                        total += cached_bytes(old);
+                    }
+                    while total > CACHE_BYTES && !c.is_empty() {
+                        total -= cached_bytes(&c.remove(0));
+                    }
+                    c.push(e);
+                    c.len() - 1
+                }
+            };
+            let mut t0 = 0;
+            while t0 < t.tokens {
+                let nt = (t.tokens - t0).min(TOK_CHUNK);
+                // SAFETY: as below; `dec` holds every group and block of this tile.
+                unsafe { tiled_rows::<L>(&args, t0, nt, Some(&c[i].dec)) };
+                t0 += nt;
+            }
+        });
+        return;
+    }
     let mut t0 = 0;
     while t0 < t.tokens {
         let nt = (t.tokens - t0).min(TOK_CHUNK);
@@ -351,7 +433,7 @@ fn tile_imp<L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         // repeat the last row instead of reading past it) and tokens `t0..t0+nt`.
         unsafe {
             if tiled {
-                tiled_rows::<L>(&args, t0, nt);
+                tiled_rows::<L>(&args, t0, nt, None);
             } else {
                 vec_rows::<L>(&args, t0, nt);
             }
