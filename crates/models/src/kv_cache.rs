@@ -224,6 +224,71 @@ impl CacheMatrix {
         }
     }
 
+    /// Rows written so far (a row past them was never stored).
+    pub fn rows_written(&self) -> usize {
+        if self.width == 0 {
+            return 0;
+        }
+        match &self.rows {
+            CacheRows::F16(v) => v.len() / self.width,
+            CacheRows::F32(v) => v.len() / self.width,
+            CacheRows::Q8_0(v) => v.len() / (self.width / Q8_BLOCK * Q8_BYTES),
+        }
+    }
+
+    /// Copies rows `src..src + n` to `dst..dst + n` (the ranges may overlap); rows past
+    /// the written ones are an error naming the range.
+    pub fn move_rows(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        let have = self.rows_written();
+        if src.checked_add(n).is_none_or(|e| e > have) || dst.checked_add(n).is_none_or(|e| e > self.cap_rows) {
+            return Err(Error::Invalid(format!(
+                "KV cache rows {src}..{} to {dst}..: {have} rows written, room for {}",
+                src.saturating_add(n),
+                self.cap_rows
+            )));
+        }
+        let rb = match &self.rows {
+            CacheRows::Q8_0(_) => self.width / Q8_BLOCK * Q8_BYTES,
+            _ => self.width,
+        };
+        let end = (dst + n) * rb;
+        match &mut self.rows {
+            CacheRows::F16(v) => {
+                grow(v, end, f16::ZERO);
+                v.copy_within(src * rb..(src + n) * rb, dst * rb)
+            }
+            CacheRows::F32(v) => {
+                grow(v, end, 0.0);
+                v.copy_within(src * rb..(src + n) * rb, dst * rb)
+            }
+            CacheRows::Q8_0(v) => {
+                grow(v, end, 0);
+                v.copy_within(src * rb..(src + n) * rb, dst * rb)
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites rows `start..start + n` through `f` in f32, as ggml's in-place rope of a
+    /// cache view does: F16 and F32 rows are converted element-wise (f16 back with
+    /// round-to-nearest-even), Q8_0 rows are dequantized and quantized again.
+    pub fn map_rows(&mut self, start: usize, n: usize, mut f: impl FnMut(&mut [f32])) -> Result<()> {
+        let have = self.rows_written();
+        if start.checked_add(n).is_none_or(|e| e > have) {
+            return Err(Error::Invalid(format!(
+                "KV cache rows {start}..{}: only {have} rows written",
+                start.saturating_add(n)
+            )));
+        }
+        let mut row = vec![0f32; self.width];
+        for pos in start..start + n {
+            self.read(pos, 0, &mut row);
+            f(&mut row);
+            self.write(pos, &row);
+        }
+        Ok(())
+    }
+
     /// Decodes `out.len()` elements of row `pos` starting at `off` (a multiple of 32 for Q8_0).
     pub fn read(&self, pos: usize, off: usize, out: &mut [f32]) {
         let w = self.width;
@@ -354,6 +419,34 @@ mod tests {
             let d = m.dot(2, 32, &q, &mut scratch);
             let want: f32 = x[32..].iter().sum();
             assert!((d - want).abs() < 0.5, "{ty:?}: {d} vs {want}");
+        }
+    }
+
+    #[test]
+    fn rows_move_and_map_in_place() {
+        for ty in [CacheType::F16, CacheType::F32, CacheType::Q8_0] {
+            let mut m = CacheMatrix::new(ty, 8, 32).unwrap();
+            for pos in 0..6 {
+                let row: Vec<f32> = (0..32).map(|i| (pos * 32 + i) as f32 / 64.0).collect();
+                m.write(pos, &row);
+            }
+            let read = |m: &CacheMatrix, pos: usize| {
+                let mut out = vec![0f32; 32];
+                m.read(pos, 0, &mut out);
+                out
+            };
+            let (r3, r4) = (read(&m, 3), read(&m, 4));
+            // overlapping move down: rows 3..5 to 2..4
+            m.move_rows(3, 2, 2).unwrap();
+            assert_eq!(read(&m, 2), r3, "{ty:?}");
+            assert_eq!(read(&m, 3), r4, "{ty:?}");
+            m.map_rows(2, 1, |r| r.iter_mut().for_each(|x| *x = -*x)).unwrap();
+            let neg: Vec<f32> = r3.iter().map(|x| -x).collect();
+            assert_eq!(read(&m, 2), neg, "{ty:?}");
+            assert_eq!(read(&m, 3), r4, "{ty:?}: a row outside the range is untouched");
+            assert!(m.move_rows(5, 0, 2).is_err(), "past the written rows");
+            assert!(m.move_rows(0, 7, 2).is_err(), "past the capacity");
+            assert!(m.map_rows(6, 1, |_| {}).is_err());
         }
     }
 

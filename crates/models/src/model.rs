@@ -97,6 +97,15 @@ pub trait Model: Send + Sync {
     fn forward_batch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
         segments.iter_mut().map(|s| self.forward(&mut *s.state, s.tokens, s.logits)).collect()
     }
+    /// Keeps the first `keep` cached positions of `state`, then moves each cached chunk
+    /// `(src, n)` (positions `src..src + n`, in increasing order, not overlapping, at or
+    /// after `keep`) down to follow the previous one, rotating its K by the distance moved
+    /// (llama.cpp's `llama_memory_seq_rm` + `llama_memory_seq_add` and the K-shift graph,
+    /// as llama-server's `--cache-reuse` uses them); the state then holds `keep` plus the
+    /// chunks' tokens. The default: [`crate::Error::Unsupported`].
+    fn shift_cache(&self, _state: &mut dyn State, _keep: usize, _chunks: &[(usize, usize)]) -> Result<()> {
+        Err(crate::Error::Unsupported(format!("{}: KV cache shifting", self.arch())))
+    }
 }
 
 /// One sequence's share of a [`Model::forward_batch`].

@@ -44,6 +44,13 @@ pub fn yarn_corr_dims(n_dims: usize, n_ctx_orig: u32, freq_base: f32, beta_fast:
 impl Rope {
     /// The `[cos, sin]` pairs for one position, `n_rot` floats (`ggml_rope_cache_init`).
     pub fn cache(&self, pos: usize, out: &mut Vec<f32>) {
+        self.cache_at(pos as i64, out)
+    }
+
+    /// [`Rope::cache`] for any position, negative ones included: a K-cache shift by
+    /// `delta` positions rotates by the cache of `delta` (ggml's `ggml_rope_ext` with the
+    /// shift as its position, as llama.cpp's `build_rope_shift` runs it).
+    pub fn cache_at(&self, pos: i64, out: &mut Vec<f32>) {
         out.clear();
         out.resize(self.n_rot, 0.0);
         let theta_scale = self.freq_base.powf(-2.0 / self.n_rot as f32);
@@ -139,6 +146,27 @@ mod tests {
         let ang = x[1].atan2(x[0]) - orig[1].atan2(orig[0]);
         let want = 17.0f32.rem_euclid(2.0 * std::f32::consts::PI);
         assert!((ang.rem_euclid(2.0 * std::f32::consts::PI) - want).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_shift_composes_with_the_rotation() {
+        // rotating by position 5, then by -3, is (to rounding) rotating by position 2
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            let r = rope(mode);
+            let (mut c5, mut cm3, mut c2) = (Vec::new(), Vec::new(), Vec::new());
+            r.cache(5, &mut c5);
+            r.cache_at(-3, &mut cm3);
+            r.cache(2, &mut c2);
+            let x: Vec<f32> = vec![1.0, 2.0, -3.0, 0.5, 0.25, -1.0, 4.0, 2.0];
+            let (mut a, mut b) = (x.clone(), x.clone());
+            r.apply(&c5, &mut a);
+            r.apply(&cm3, &mut a);
+            r.apply(&c2, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert!((p - q).abs() < 1e-5, "{mode:?}: {a:?} vs {b:?}");
+            }
+            assert_ne!(a, x);
+        }
     }
 
     #[test]

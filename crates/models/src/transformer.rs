@@ -1134,6 +1134,44 @@ impl Model for Transformer {
         }))
     }
 
+    fn shift_cache(&self, state: &mut dyn State, keep: usize, chunks: &[(usize, usize)]) -> Result<()> {
+        let st = state
+            .as_any_mut()
+            .downcast_mut::<TransformerState>()
+            .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
+        let mut end = keep.min(st.n_past);
+        for &(src, n) in chunks {
+            if src < end || src.checked_add(n).is_none_or(|e| e > st.n_past) {
+                return Err(Error::Invalid(format!(
+                    "KV shift of positions {src}..{}: chunks must follow position {end} in order, within the {} cached",
+                    src.saturating_add(n),
+                    st.n_past
+                )));
+            }
+            end = src + n;
+        }
+        let (nkv, hk) = (self.hp.n_head_kv, self.hp.head_k);
+        let mut rc = Vec::new();
+        for (il, layer) in self.layers.iter().enumerate() {
+            let mut dst = keep.min(st.n_past);
+            for &(src, n) in chunks {
+                if dst != src {
+                    layer.rope.cache_at(dst as i64 - src as i64, &mut rc);
+                    st.kv.k[il].map_rows(src, n, |row| {
+                        for h in row[..nkv * hk].chunks_exact_mut(hk) {
+                            layer.rope.apply(&rc, h);
+                        }
+                    })?;
+                    st.kv.k[il].move_rows(src, dst, n)?;
+                    st.kv.v[il].move_rows(src, dst, n)?;
+                }
+                dst += n;
+            }
+        }
+        st.n_past = keep.min(st.n_past) + chunks.iter().map(|c| c.1).sum::<usize>();
+        Ok(())
+    }
+
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         let mut seg = [Segment { state, tokens, logits }];
         Ok(self.forward_batch(&mut seg)?.pop().unwrap_or_default())
