@@ -6,6 +6,27 @@
 //! [`transformer::Transformer`], differing only in their [`transformer::Spec`]. Weights
 //! stay quantized in the file's mmap (each shard's, for a split model); `quant_kernels`
 //! computes on them in place.
+//!
+//! # Extending: an architecture from another crate
+//!
+//! An architecture is an [`Architecture`] entry: `general.architecture` and a loader. One
+//! of the llama family states what differs from [`transformer::Spec::llama`] through
+//! [`load_with`]; anything else implements [`Model`] and [`State`] itself.
+//!
+//! ```
+//! use models::{rope::RopeMode, transformer::Activation, Architecture};
+//!
+//! models::gguf_registry::submit!(Architecture::new("my-llama", |file| {
+//!     models::load_with(file, "my-llama", RopeMode::Neox, |_, _, spec| {
+//!         spec.activation = Activation::Gelu;
+//!         spec.qk_norm = true;
+//!         Ok(())
+//!     })
+//! }));
+//!
+//! assert!(models::architectures().iter().any(|a| a.name == "my-llama"));
+//! assert!(models::registry_problems().problems.is_empty());
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

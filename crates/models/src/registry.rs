@@ -76,18 +76,12 @@ pub fn architectures() -> Vec<&'static Architecture> {
 
 /// The architecture registered under `name`.
 pub fn lookup(name: &str) -> Result<&'static Architecture> {
-    let idx = index();
-    // Keys are `&'static str`: find the registered one equal to `name`.
-    let key = idx.keys().find(|k| **k == name).copied();
-    if let Some(a) = key.and_then(|k| idx.get(&k)) {
-        return Ok(a);
-    }
-    if let Some(p) = key.and_then(|k| idx.clash(&k)) {
-        return Err(Error::Invalid(p.to_string()));
-    }
-    Err(Error::UnknownArchitecture {
-        name: name.to_string(),
-        known: architectures().iter().map(|a| a.name).collect::<Vec<_>>().join(", "),
+    index().resolve(name).map_err(|miss| match miss {
+        gguf_registry::Miss::Clash(p) => Error::Invalid(p.to_string()),
+        gguf_registry::Miss::Unknown => Error::UnknownArchitecture {
+            name: name.to_string(),
+            known: architectures().iter().map(|a| a.name).collect::<Vec<_>>().join(", "),
+        },
     })
 }
 

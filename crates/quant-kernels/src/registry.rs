@@ -165,41 +165,32 @@ pub fn always() -> bool {
     true
 }
 
-impl gguf_registry::Entry for Kernel {
-    type Key = u32;
-    const KIND: &'static str = "kernel for type id";
-    const MANY_PER_KEY: bool = true;
-    fn keys(&self) -> Vec<u32> {
-        vec![self.type_id]
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn provider(&self) -> &str {
-        self.backend
-    }
-    fn available(&self) -> bool {
-        (self.available)()
-    }
+/// Kernels and activation quantizers: one entry per backend of a type id, the backend
+/// breaks ties.
+macro_rules! per_backend_entry {
+    ($ty:ty, $kind:literal) => {
+        impl gguf_registry::Entry for $ty {
+            type Key = u32;
+            const KIND: &'static str = $kind;
+            const MANY_PER_KEY: bool = true;
+            fn keys(&self) -> Vec<u32> {
+                vec![self.type_id]
+            }
+            fn priority(&self) -> i32 {
+                self.priority
+            }
+            fn provider(&self) -> &str {
+                self.backend
+            }
+            fn available(&self) -> bool {
+                (self.available)()
+            }
+        }
+    };
 }
 
-impl gguf_registry::Entry for ActQuantizer {
-    type Key = u32;
-    const KIND: &'static str = "activation quantizer for type id";
-    const MANY_PER_KEY: bool = true;
-    fn keys(&self) -> Vec<u32> {
-        vec![self.type_id]
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn provider(&self) -> &str {
-        self.backend
-    }
-    fn available(&self) -> bool {
-        (self.available)()
-    }
-}
+per_backend_entry!(Kernel, "kernel for type id");
+per_backend_entry!(ActQuantizer, "activation quantizer for type id");
 
 fn kernels() -> &'static gguf_registry::Registry<Kernel> {
     static INDEX: OnceLock<gguf_registry::Registry<Kernel>> = OnceLock::new();

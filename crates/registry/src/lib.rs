@@ -51,6 +51,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -147,7 +148,8 @@ impl fmt::Display for Override {
 /// An index of entries of one kind (see the crate docs for the rules).
 pub struct Registry<T: Entry> {
     by_key: BTreeMap<T::Key, Vec<&'static T>>,
-    unresolved: Vec<T::Key>,
+    /// Keys hidden by a clash, with the index of the problem that says so.
+    unresolved: Vec<(T::Key, usize)>,
     entries: Vec<&'static T>,
     problems: Vec<Problem>,
     overrides: Vec<Override>,
@@ -196,7 +198,7 @@ impl<T: Entry> Registry<T> {
                     // Only a tie for first place that the provider cannot break hides the key.
                     let tie_at_top = i == 0 && run[0].provider() == run[1].provider();
                     if tie_at_top {
-                        unresolved.push(key.clone());
+                        unresolved.push((key.clone(), problems.len()));
                     }
                     problems.push(Problem {
                         kind: T::KIND,
@@ -226,23 +228,48 @@ impl<T: Entry> Registry<T> {
     }
 
     /// The entry used for `key`: the first available candidate in precedence order; `None`
-    /// when there is none or when the key is an unresolved clash.
-    pub fn get(&self, key: &T::Key) -> Option<&'static T> {
-        if self.unresolved.contains(key) {
-            return None;
+    /// when there is none or when the key is an unresolved clash. `key` may be any borrowed
+    /// form of the key type (`&str` for `&'static str` keys).
+    pub fn get<Q>(&self, key: &Q) -> Option<&'static T>
+    where
+        T::Key: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        self.resolve(key).ok()
+    }
+
+    /// [`Registry::get`], saying why there is no entry: a clash hides the key, or nothing
+    /// (available) is registered under it.
+    pub fn resolve<Q>(&self, key: &Q) -> Result<&'static T, Miss<'_>>
+    where
+        T::Key: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        if let Some((_, p)) = self.unresolved.iter().find(|(k, _)| k.borrow() == key) {
+            return Err(Miss::Clash(&self.problems[*p]));
         }
-        self.by_key.get(key)?.iter().find(|e| e.available()).copied()
+        self.by_key.get(key).and_then(|v| v.iter().find(|e| e.available()).copied()).ok_or(Miss::Unknown)
     }
 
     /// Every entry registered under `key`, available or not, in precedence order.
-    pub fn candidates(&self, key: &T::Key) -> &[&'static T] {
+    pub fn candidates<Q>(&self, key: &Q) -> &[&'static T]
+    where
+        T::Key: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
         self.by_key.get(key).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// The clash that keeps `key` from resolving, if any.
-    pub fn clash(&self, key: &T::Key) -> Option<&Problem> {
-        let shown = key.to_string();
-        self.unresolved.contains(key).then(|| self.problems.iter().find(|p| p.key == shown)).flatten()
+    pub fn clash<Q>(&self, key: &Q) -> Option<&Problem>
+    where
+        T::Key: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        match self.resolve(key) {
+            Err(Miss::Clash(p)) => Some(p),
+            _ => None,
+        }
     }
 
     /// Every key, sorted.
@@ -288,6 +315,15 @@ impl<T: Entry> Registry<T> {
             overrides: self.overrides.iter().map(ToString::to_string).collect(),
         }
     }
+}
+
+/// Why [`Registry::resolve`] found no entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss<'a> {
+    /// Entries of one priority and provider hide the key.
+    Clash(&'a Problem),
+    /// Nothing available is registered under the key.
+    Unknown,
 }
 
 /// What `registry_problems()`-style checks return: one line per clash and per override.

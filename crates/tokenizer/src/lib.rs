@@ -16,6 +16,24 @@
 //! `decode` the two directions, `bpe` / `spm` / `wpm` / `ugm` the per-model algorithms,
 //! `pretok` the pre-tokenizer registry. `inventory` is re-exported for plug-in
 //! pre-tokenizers.
+//!
+//! # Extending: a pre-tokenizer from another crate
+//!
+//! A vocabulary names its pre-tokenizer in `tokenizer.ggml.pre`; registering a
+//! [`pretok::PreTokenizer`] under a new name makes such files load. A pattern that needs
+//! speed can get hand-written code too ([`pretok::FastSplitter`]).
+//!
+//! ```
+//! use tokenizer::pretok::{self, PreTokenizer};
+//!
+//! // Digits one by one, then GPT-2's rules.
+//! const GPT2: &str = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+//! tokenizer::gguf_registry::submit!(PreTokenizer::new("MINE", &["mine"], &["\\p{N}", GPT2]));
+//!
+//! assert_eq!(pretok::lookup("mine").unwrap().kind, "MINE");
+//! let split = pretok::CompiledPre::new(pretok::lookup("mine").unwrap().regexes, false).unwrap();
+//! assert_eq!(split.split(b"ab 12").unwrap(), [&b"ab"[..], b" ", b"1", b"2"]);
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

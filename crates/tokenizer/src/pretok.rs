@@ -137,15 +137,12 @@ pub fn known_names() -> Vec<&'static str> {
 /// The pre-tokenizer used for `name`: the highest priority, then the registering module
 /// ([`gguf_registry`]'s rule).
 pub fn lookup(name: &str) -> Result<&'static PreTokenizer, Error> {
-    let idx = index();
-    let key = idx.keys().find(|k| **k == name).copied();
-    if let Some(p) = key.and_then(|k| idx.get(&k)) {
-        return Ok(p);
-    }
-    if let Some(c) = key.and_then(|k| idx.clash(&k)) {
-        return Err(Error::Registry(c.to_string()));
-    }
-    Err(Error::UnknownPreTokenizer { name: name.to_string(), known: known_names().join(", ") })
+    index().resolve(name).map_err(|miss| match miss {
+        gguf_registry::Miss::Clash(c) => Error::Registry(c.to_string()),
+        gguf_registry::Miss::Unknown => {
+            Error::UnknownPreTokenizer { name: name.to_string(), known: known_names().join(", ") }
+        }
+    })
 }
 
 /// Clashes (two pre-tokenizers of one name and priority) and overrides. No problems for
@@ -326,15 +323,101 @@ pre!("MELLUM2", ["mellum2"], STARCODER, D);
 // ---------------------------------------------------------------------------------------
 // splitting
 
+/// A hand-written splitter: `split` cuts each piece of `lens` (consecutive lengths in
+/// codepoints, the first starting at `cpts[base]`) into words and pushes their lengths,
+/// in order, covering every codepoint.
+pub type SplitFn = fn(cpts: &[u32], base: usize, lens: &[usize], out: &mut Words<'_>);
+
+/// Code that replaces the regex engine for one exact pattern, as llama.cpp special-cases
+/// some patterns (`unicode_regex_split_custom`). A pre-tokenizer whose regex sequence
+/// contains `regex`, character for character, splits with `split` at that step.
+///
+/// Register one with `gguf_registry::submit!(FastSplitter::new(PATTERN, "name", f))`;
+/// the built-ins (gpt2, llama3, qwen2, qwen3.5, kimi-k2, afmoe digits, newlines) are
+/// entries of the same registry, so a plug-in can replace one with a higher priority.
+#[derive(Debug)]
+pub struct FastSplitter {
+    /// The pattern text it implements.
+    pub regex: &'static str,
+    /// A name for reports.
+    pub name: &'static str,
+    /// The code.
+    pub split: SplitFn,
+    /// Higher wins when two entries claim one pattern; built-ins have 0.
+    pub priority: i32,
+    /// The module that registered it (set by `gguf_registry::submit!`).
+    pub origin: &'static str,
+}
+
+impl FastSplitter {
+    /// An entry at priority 0.
+    pub const fn new(regex: &'static str, name: &'static str, split: SplitFn) -> Self {
+        FastSplitter { regex, name, split, priority: 0, origin: "" }
+    }
+    /// With a priority (above 0 replaces a built-in of the same pattern).
+    pub const fn priority(self, priority: i32) -> Self {
+        FastSplitter { priority, ..self }
+    }
+    /// With the registering module (what `gguf_registry::submit!` calls).
+    pub const fn with_origin(self, origin: &'static str) -> Self {
+        FastSplitter { origin, ..self }
+    }
+}
+
+inventory::collect!(FastSplitter);
+
+impl gguf_registry::Entry for FastSplitter {
+    type Key = &'static str;
+    const KIND: &'static str = "fast splitter for regex";
+    fn keys(&self) -> Vec<&'static str> {
+        vec![self.regex]
+    }
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+    fn provider(&self) -> &str {
+        self.origin
+    }
+}
+
+fn fast_splitters() -> &'static gguf_registry::Registry<FastSplitter> {
+    static INDEX: std::sync::OnceLock<gguf_registry::Registry<FastSplitter>> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| gguf_registry::Registry::new(inventory::iter::<FastSplitter>))
+}
+
+/// The hand-written splitter registered for exactly `regex`, if any.
+pub fn fast_splitter(regex: &str) -> Option<&'static FastSplitter> {
+    fast_splitters().get(regex)
+}
+
+/// Clashes and overrides among the fast splitters. No problems for the built-ins; tested.
+pub fn splitter_problems() -> gguf_registry::Report {
+    fast_splitters().report()
+}
+
+macro_rules! fast {
+    ($re:expr, $name:literal, $f:expr) => {
+        gguf_registry::submit!(FastSplitter::new($re, $name, $f));
+    };
+}
+
+fast!(GPT2, "gpt2", split_gpt2);
+fast!(LLAMA3, "llama3", |c, b, l, o| split_llama3(c, b, l, o, Digits::UpTo3, false));
+fast!(
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "llama3-case-insensitive",
+    |c, b, l, o| split_llama3(c, b, l, o, Digits::UpTo3, false)
+);
+fast!(QWEN2, "qwen2", |c, b, l, o| split_llama3(c, b, l, o, Digits::One, false));
+fast!(QWEN35, "qwen3.5", |c, b, l, o| split_llama3(c, b, l, o, Digits::One, true));
+fast!("\\p{Han}+", "kimi-k2", split_kimi_k2);
+fast!("\\p{AFMoE_digits}", "afmoe-digits", split_afmoe);
+fast!("\\d{1,3}(?=(?:\\d{3})*\\b)", "afmoe-digits-lookahead", split_afmoe);
+fast!(NEWLINES, "newlines", split_newlines);
+
 #[derive(Debug, Clone)]
 enum Splitter {
-    Gpt2,
-    Llama3,
-    Qwen2,
-    Qwen35,
-    KimiK2,
-    Afmoe,
-    Newlines,
+    Hand(&'static FastSplitter),
     Engine { regex: Box<Regex>, collapsed: bool },
 }
 
@@ -439,22 +522,8 @@ impl CompiledPre {
         for &re in regexes {
             let uses_cat = UCAT.iter().any(|(n, _)| re.contains(n));
             need_collapse |= uses_cat;
-            let s = if re == GPT2 {
-                Splitter::Gpt2
-            } else if re == LLAMA3
-                || re == "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-            {
-                Splitter::Llama3
-            } else if re == QWEN2 {
-                Splitter::Qwen2
-            } else if re == QWEN35 {
-                Splitter::Qwen35
-            } else if re == "\\p{Han}+" {
-                Splitter::KimiK2
-            } else if re == "\\p{AFMoE_digits}" || re == "\\d{1,3}(?=(?:\\d{3})*\\b)" {
-                Splitter::Afmoe
-            } else if re == NEWLINES {
-                Splitter::Newlines
+            let s = if let Some(f) = fast_splitter(re) {
+                Splitter::Hand(f)
             } else if uses_cat {
                 Splitter::Engine { regex: Box::new(Regex::new(&collapse_regex(re)?)?), collapsed: true }
             } else {
@@ -566,13 +635,13 @@ impl CompiledPre {
             self.level(i + 1, ctx, cursor, b, emit, &mut inner_err);
             cursor += b.iter().sum::<usize>();
         };
-        let mut out = Sink { buf: Vec::new(), next: &mut next };
+        let mut out = Words { buf: Vec::new(), next: &mut next };
         let r = match s {
             Splitter::Engine { regex, collapsed } => {
                 split_engine(regex, if *collapsed { ctx.collapsed } else { ctx.wide }, base, lens, &mut out)
             }
-            hand => {
-                split_hand(hand, ctx.cpts, base, lens, &mut out);
+            Splitter::Hand(f) => {
+                (f.split)(ctx.cpts, base, lens, &mut out);
                 Ok(())
             }
         };
@@ -601,15 +670,17 @@ struct Ctx<'a> {
 /// Words (lengths in codepoints) handed from one splitter to the next per batch.
 const BATCH: usize = 4096;
 
-/// Collects a splitter's words and hands them on in batches.
-struct Sink<'a> {
+/// Where a splitter puts its words: their lengths in codepoints, in order (handed on to
+/// the next splitter of the sequence in batches).
+pub struct Words<'a> {
     buf: Vec<usize>,
     next: &'a mut dyn FnMut(&[usize]),
 }
 
-impl Sink<'_> {
+impl Words<'_> {
+    /// One word of `len` codepoints, following the previous one.
     #[inline]
-    fn push(&mut self, len: usize) {
+    pub fn push(&mut self, len: usize) {
         self.buf.push(len);
         if self.buf.len() >= BATCH {
             self.flush();
@@ -623,21 +694,7 @@ impl Sink<'_> {
     }
 }
 
-/// The hand-written splitters (the engine is [`split_engine`]).
-fn split_hand(s: &Splitter, cpts: &[u32], base: usize, lens: &[usize], out: &mut Sink) {
-    match s {
-        Splitter::Gpt2 => split_gpt2(cpts, base, lens, out),
-        Splitter::Llama3 => split_llama3(cpts, base, lens, out, Digits::UpTo3, false),
-        Splitter::Qwen2 => split_llama3(cpts, base, lens, out, Digits::One, false),
-        Splitter::Qwen35 => split_llama3(cpts, base, lens, out, Digits::One, true),
-        Splitter::KimiK2 => split_kimi_k2(cpts, base, lens, out),
-        Splitter::Afmoe => split_afmoe(cpts, base, lens, out),
-        Splitter::Newlines => split_newlines(cpts, base, lens, out),
-        Splitter::Engine { .. } => {}
-    }
-}
-
-fn split_engine(regex: &Regex, text: &[u32], base: usize, offsets: &[usize], out: &mut Sink) -> Result<(), Error> {
+fn split_engine(regex: &Regex, text: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>) -> Result<(), Error> {
     let mut start = base;
     for &len in offsets {
         let sub = &text[start..start + len];
@@ -665,7 +722,7 @@ struct Chunk<'a, 'b> {
     ini: usize,
     end: usize,
     prev_end: usize,
-    out: &'a mut Sink<'b>,
+    out: &'a mut Words<'b>,
 }
 
 impl Chunk<'_, '_> {
@@ -747,7 +804,7 @@ impl Chunk<'_, '_> {
     }
 }
 
-fn for_chunks(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink, mut f: impl FnMut(&mut Chunk)) {
+fn for_chunks(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>, mut f: impl FnMut(&mut Chunk)) {
     let mut start = base;
     for &len in offsets {
         let mut c = Chunk { cpts, ini: start, end: start + len, prev_end: start, out: &mut *out };
@@ -756,7 +813,7 @@ fn for_chunks(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink, mut 
     }
 }
 
-fn split_gpt2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+fn split_gpt2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>) {
     for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         while pos < c.end {
@@ -809,7 +866,7 @@ enum Digits {
 }
 
 /// llama3 (`\p{N}{1,3}`), qwen2 (`\p{N}`) and qwen35 (`\p{N}`, letters take `\p{M}`).
-fn split_llama3(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink, digits: Digits, marks: bool) {
+fn split_llama3(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>, digits: Digits, marks: bool) {
     for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         let letter = |f: Flags| f.is_letter() || (marks && f.is_accent_mark());
@@ -874,7 +931,7 @@ fn split_llama3(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink, di
     })
 }
 
-fn split_kimi_k2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+fn split_kimi_k2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>) {
     for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         let nonhan_letter = |c: &Chunk, p: usize| c.flags(p).is_letter() && !unicode::is_han(c.cpt(p));
@@ -949,7 +1006,7 @@ fn split_kimi_k2(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
     })
 }
 
-fn split_afmoe(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+fn split_afmoe(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>) {
     for_chunks(cpts, base, offsets, out, |c| {
         let mut pos = c.ini;
         while pos < c.end {
@@ -981,7 +1038,7 @@ fn split_afmoe(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
     })
 }
 
-fn split_newlines(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Sink) {
+fn split_newlines(cpts: &[u32], base: usize, offsets: &[usize], out: &mut Words<'_>) {
     let mut start = base;
     for &len in offsets {
         let end = start + len;

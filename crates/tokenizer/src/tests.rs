@@ -274,6 +274,8 @@ fn every_llama_cpp_pre_name_is_registered() {
     assert_eq!(pretok::known_names(), LLAMA_CPP_PRE_NAMES);
     let r = pretok::registry_problems();
     assert!(r.problems.is_empty() && r.overrides.is_empty(), "{r:?}");
+    let r = pretok::splitter_problems();
+    assert!(r.problems.is_empty() && r.overrides.is_empty(), "{r:?}");
     // and each builds a working BPE tokenizer over the synthetic vocabulary
     for name in LLAMA_CPP_PRE_NAMES {
         let t = Tokenizer::from_gguf(&bpe_md(name)).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -6,7 +6,9 @@
 //! A test binary of its own: these registrations change the whole registry.
 
 use gguf_format::{Array, Metadata, Value};
-use tokenizer::pretok::{self, PreTokenizer};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokenizer::pretok::{self, CompiledPre, FastSplitter, PreTokenizer, Words};
 use tokenizer::{gguf_registry, Tokenizer};
 
 const GPT2: &str = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
@@ -20,6 +22,38 @@ mod digits {
 mod a_duplicate {
     use super::*;
     gguf_registry::submit!(PreTokenizer::new("GPT2", &["gpt-2"], &[GPT2]));
+}
+
+mod dashes {
+    use super::*;
+    pub const DASHES: &str = "[^-]+|-";
+    pub static CALLS: AtomicUsize = AtomicUsize::new(0);
+    /// `[^-]+|-` by hand: runs of non-dashes, each dash alone.
+    fn split(cpts: &[u32], base: usize, lens: &[usize], out: &mut Words<'_>) {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let mut at = base;
+        for &len in lens {
+            let piece = &cpts[at..at + len];
+            let mut run = 0;
+            for &c in piece {
+                if c == '-' as u32 {
+                    if run > 0 {
+                        out.push(run);
+                    }
+                    out.push(1);
+                    run = 0;
+                } else {
+                    run += 1;
+                }
+            }
+            if run > 0 {
+                out.push(run);
+            }
+            at += len;
+        }
+    }
+    gguf_registry::submit!(FastSplitter::new(DASHES, "dashes", split));
+    gguf_registry::submit!(PreTokenizer::new("DASHES", &["dashes"], &[DASHES]));
 }
 
 fn vocab(pre: &str) -> Metadata {
@@ -65,4 +99,26 @@ fn a_duplicate_builtin_pretokenizer_is_reported() {
     assert!(p.contains("pre-tokenizer `gpt-2` is registered 2 times at priority 0"), "{p}");
     assert!(p.contains("plugin_pretok::a_duplicate") && p.contains("tokenizer::pretok"), "{p}");
     assert_eq!(pretok::lookup("gpt-2").unwrap().origin, "plugin_pretok::a_duplicate");
+}
+
+#[test]
+fn a_plugin_fast_splitter_replaces_the_engine_for_its_pattern() {
+    assert_eq!(pretok::fast_splitter(dashes::DASHES).unwrap().name, "dashes");
+    let r = pretok::splitter_problems();
+    assert!(r.problems.is_empty(), "{r:?}");
+    let text = "a-bc--d-".as_bytes();
+    let before = dashes::CALLS.load(Ordering::Relaxed);
+    let fast = CompiledPre::new(&[dashes::DASHES], false).unwrap().split(text).unwrap();
+    assert!(dashes::CALLS.load(Ordering::Relaxed) > before, "the fast splitter did not run");
+    // The same words as the regex engine on the same pattern (a different spelling of
+    // it, so the fast splitter does not take over).
+    let engine = CompiledPre::new(&["(?:[^-]+|-)"], false).unwrap().split(text).unwrap();
+    assert_eq!(fast, engine);
+    let words: Vec<&[u8]> = fast.iter().map(|w| w.as_slice()).collect();
+    assert_eq!(words, [&b"a"[..], b"-", b"bc", b"-", b"-", b"d", b"-"]);
+    // And a vocabulary naming the plug-in pre-tokenizer goes through it.
+    let t = Tokenizer::from_gguf(&vocab("dashes")).unwrap();
+    let before = dashes::CALLS.load(Ordering::Relaxed);
+    t.encode("ab-123", false, false).unwrap();
+    assert!(dashes::CALLS.load(Ordering::Relaxed) > before);
 }
