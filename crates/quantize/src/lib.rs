@@ -33,8 +33,8 @@ pub mod rules;
 
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Mutex};
 
 use ggml_quants::TypeTraits;
 use gguf_format::{GgufWriter, Metadata, SplitGguf, TensorSource, Value};
@@ -44,10 +44,10 @@ pub use imatrix::Imatrix;
 pub use recipe::{Recipe, RuleFn};
 pub use rules::{Category, ModelInfo, TensorCtx};
 
-/// `inventory` re-exported for plug-in recipes.
-pub use inventory;
 /// The registry crate, for `quantize::gguf_registry::submit!` in plug-in crates.
 pub use gguf_registry;
+/// `inventory` re-exported for plug-in recipes.
+pub use inventory;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -635,34 +635,57 @@ pub enum Progress<'a> {
 const SLAB_F32_BYTES: usize = 64 << 20;
 /// Bytes copied at a time for tensors kept as they are.
 const COPY_CHUNK: u64 = 16 << 20;
+/// Source bytes one worker reads (and turns into f32) at a time.
+const READ_PIECE: usize = 1 << 20;
+/// Output slabs the converting thread may finish ahead of the one being written.
+const PIPELINE_DEPTH: usize = 2;
 
-/// Reads a tensor's bytes from its shard with positioned reads, not through the map, so
+/// The shards' files, opened once, read with positioned reads, not through the map, so
 /// the input never becomes resident (llama-quantize unmaps each weight after use to the
-/// same end): peak memory is one slab, whatever the model size.
-struct TensorReader {
-    file: std::fs::File,
-    path: std::path::PathBuf,
+/// same end): peak memory is a few slabs, whatever the model size.
+struct Inputs {
+    files: Vec<(std::fs::File, std::path::PathBuf)>,
+}
+
+impl Inputs {
+    fn open(file: &SplitGguf) -> Result<Inputs> {
+        let files = file
+            .shards()
+            .iter()
+            .map(|s| {
+                let path = s.path().to_path_buf();
+                std::fs::File::open(&path).map(|f| (f, path.clone())).map_err(|e| Error::io(&path, e))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Inputs { files })
+    }
+
+    /// Where `info`'s bytes lie.
+    fn tensor<'a>(&'a self, file: &SplitGguf, info: &gguf_format::TensorInfo) -> Result<TensorReader<'a>> {
+        let missing = || Error::Convert { tensor: info.name.clone(), reason: "not in any shard".into() };
+        let (shard, local) = file.tensor_location(info).ok_or_else(missing)?;
+        let (f, path) = &self.files[file.shard_of(info).ok_or_else(missing)?];
+        // Validates the range against the shard (and the mmap) once.
+        let len = shard.tensor_data(local)?.len() as u64;
+        Ok(TensorReader { file: f, path, start: shard.data_offset() + local.offset, len })
+    }
+}
+
+/// One tensor's bytes in its shard.
+struct TensorReader<'a> {
+    file: &'a std::fs::File,
+    path: &'a Path,
     start: u64,
     len: u64,
 }
 
-impl TensorReader {
-    fn new(file: &SplitGguf, info: &gguf_format::TensorInfo) -> Result<TensorReader> {
-        let (shard, local) = file
-            .tensor_location(info)
-            .ok_or_else(|| Error::Convert { tensor: info.name.clone(), reason: "not in any shard".into() })?;
-        // Validates the range against the shard (and the mmap) once.
-        let len = shard.tensor_data(local)?.len() as u64;
-        let path = shard.path().to_path_buf();
-        let f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-        Ok(TensorReader { file: f, path, start: shard.data_offset() + local.offset, len })
-    }
-
-    fn read(&self, off: u64, n: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+impl TensorReader<'_> {
+    /// Fills `buf` from `off` bytes into the tensor.
+    fn read(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        buf.resize(n, 0);
-        self.file.read_exact_at(buf, self.start + off).map_err(|e| {
-            io::Error::new(e.kind(), format!("{}: reading at {}: {e}", self.path.display(), self.start + off))
+        let at = self.start + off;
+        self.file.read_exact_at(buf, at).map_err(|e| {
+            Error::io(self.path, io::Error::new(e.kind(), format!("reading {} bytes at {at}: {e}", buf.len())))
         })
     }
 }
@@ -681,6 +704,9 @@ pub fn output_paths(plan: &Plan, params: &Params, out: &Path) -> Vec<std::path::
 /// Writes the planned file(s) to `out` (see [`output_paths`]), each atomically (a
 /// temporary file renamed at the end); on any error, or when `cancel` is set, nothing is
 /// left behind — shards already written are removed.
+///
+/// One thread (with `nthread - 1` helpers) reads, converts and quantizes slab after slab
+/// while this one writes the finished slabs, so reading, computing and writing overlap.
 pub fn write(
     file: &SplitGguf,
     plan: &Plan,
@@ -690,8 +716,9 @@ pub fn write(
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<()> {
     let paths = output_paths(plan, params, out);
+    let inputs = Inputs::open(file)?;
     for (i, p) in paths.iter().enumerate() {
-        if let Err(e) = write_shard(file, plan, params, i, p, cancel, progress) {
+        if let Err(e) = write_shard(file, &inputs, plan, params, i, p, cancel, progress) {
             for done in &paths[..i] {
                 let _ = std::fs::remove_file(done);
             }
@@ -701,9 +728,14 @@ pub fn write(
     Ok(())
 }
 
+/// What the converting thread hands the writer: the next bytes of the current tensor
+/// (never spanning two tensors), or why it stopped.
+type Slab = Result<Vec<u8>>;
+
 #[allow(clippy::too_many_arguments)]
 fn write_shard(
     file: &SplitGguf,
+    inputs: &Inputs,
     plan: &Plan,
     params: &Params,
     shard: usize,
@@ -711,7 +743,62 @@ fn write_shard(
     cancel: &AtomicBool,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<()> {
+    let nthread = match params.nthread {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => n,
+    }
+    .clamp(1, 512);
+    let count = plan.tensors.len();
+    let mine: Vec<(usize, &TensorPlan)> = plan.tensors.iter().enumerate().filter(|(_, t)| t.shard == shard).collect();
+    // Every range checked before a thread starts.
+    let readers =
+        mine.iter().map(|(_, tp)| inputs.tensor(file, &file.tensors()[tp.src])).collect::<Result<Vec<_>>>()?;
     let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let (tx, rx) = mpsc::sync_channel::<Slab>(PIPELINE_DEPTH);
+    let (spare_tx, spare_rx) = mpsc::channel::<Vec<u8>>();
+
+    std::thread::scope(|s| {
+        let mut producer = Producer {
+            params,
+            nthread,
+            cancel,
+            progress,
+            tx,
+            spare: spare_rx,
+            f32_buf: Vec::new(),
+            scratch: (0..nthread).map(|_| Mutex::new(Vec::new())).collect(),
+        };
+        let mine = &mine;
+        s.spawn(move || producer.run(file, mine, &readers, count));
+        // The writer owns the receiving end: when it returns, early or not, the
+        // converting thread's next send fails and it stops.
+        let r = write_file(plan, shard, mine, out, cancel, rx, spare_tx, &failure);
+        let recorded = failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match recorded {
+            Some(e) => Err(e),
+            None => r,
+        }
+    })
+}
+
+/// The writing side of [`write_shard`]: the shard's header, then each tensor's bytes as
+/// they arrive on `rx` (a failure sent instead is recorded in `failure`).
+#[allow(clippy::too_many_arguments)]
+fn write_file(
+    plan: &Plan,
+    shard: usize,
+    mine: &[(usize, &TensorPlan)],
+    out: &Path,
+    cancel: &AtomicBool,
+    rx: mpsc::Receiver<Slab>,
+    spare: mpsc::Sender<Vec<u8>>,
+    failure: &Mutex<Option<Error>>,
+) -> Result<()> {
+    let fail = |e: Error| {
+        let msg = e.to_string();
+        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        io::Error::other(msg)
+    };
     let mut w = GgufWriter::new();
     // llama-quantize gives only the first shard the model's keys; the others start empty.
     if shard == 0 {
@@ -723,175 +810,316 @@ fn write_shard(
         set_last(md, "split.count", Value::U16(plan.n_split as u16));
         set_last(md, "split.tensors.count", Value::I32(plan.tensors.len() as i32));
     }
-    let nthread = match params.nthread {
-        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        n => n,
-    };
-    let count = plan.tensors.len();
-    for (index, tp) in plan.tensors.iter().enumerate().filter(|(_, t)| t.shard == shard) {
-        let info = &file.tensors()[tp.src];
-        let data = TensorReader::new(file, info)?;
-        let imatrix =
-            params.imatrix.as_ref().filter(|_| tp.use_imatrix).and_then(|im| im.entries.get(&tp.imatrix_name));
-        let failure = &failure;
+    for &(_, tp) in mine {
+        let (rx, spare, fail) = (&rx, &spare, &fail);
         let stream = move |sink: &mut dyn Write| -> io::Result<()> {
-            let fail = |e: Error| {
-                let msg = e.to_string();
-                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                io::Error::other(msg)
-            };
-            if cancel.load(Ordering::Relaxed) {
-                return Err(fail(Error::Interrupted));
-            }
-            progress(Progress::Start { index, count, tensor: tp });
-            if tp.from == tp.to {
-                let mut buf = Vec::new();
-                let mut off = 0u64;
-                while off < data.len {
-                    let n = (data.len - off).min(COPY_CHUNK);
-                    data.read(off, n as usize, &mut buf)?;
-                    sink.write_all(&buf)?;
-                    off += n;
+            let mut got = 0u64;
+            while got < tp.size_out {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(fail(Error::Interrupted));
                 }
-            } else {
-                convert(tp, info, &data, imatrix.map(|v| v.as_slice()), nthread, cancel, progress, sink).map_err(
-                    |e| match e {
-                        ConvertError::Io(e) => e,
-                        ConvertError::Other(e) => fail(e),
-                    },
-                )?;
+                match rx.recv() {
+                    Ok(Ok(buf)) => {
+                        sink.write_all(&buf)?;
+                        got += buf.len() as u64;
+                        let _ = spare.send(buf);
+                    }
+                    Ok(Err(e)) => return Err(fail(e)),
+                    Err(_) => return Err(io::Error::other("the converting thread stopped")),
+                }
             }
-            progress(Progress::Done { tensor: tp });
             Ok(())
         };
         w.add_tensor_source(&tp.name, &tp.dims, tp.to, tp.size_out, TensorSource::Stream(Box::new(stream)))?;
     }
-    let r = w.write_to_path(out);
-    if let Some(e) = failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(e);
+    w.write_to_path(out)?;
+    Ok(())
+}
+
+/// Why the converting thread stopped early.
+enum Stop {
+    /// The writer is gone (it failed or returned); nothing to report.
+    Hangup,
+    /// A failure to hand to the writer.
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
     }
-    r.map_err(Error::from)
 }
 
-enum ConvertError {
-    Io(io::Error),
-    Other(Error),
-}
-
-impl From<io::Error> for ConvertError {
-    fn from(e: io::Error) -> Self {
-        ConvertError::Io(e)
-    }
-}
-
-/// Dequantizes `data` to f32 slab by slab and quantizes each slab with `nthread` workers
-/// in llama.cpp's row chunks (chunks never cross an expert; each expert has its own
-/// imatrix slice).
-#[allow(clippy::too_many_arguments)]
-fn convert(
-    tp: &TensorPlan,
-    info: &gguf_format::TensorInfo,
-    data: &TensorReader,
-    imatrix: Option<&[f32]>,
+/// The converting side of [`write_shard`]: reads, converts and quantizes the shard's
+/// tensors in order and sends their bytes to the writer.
+struct Producer<'a> {
+    params: &'a Params,
     nthread: usize,
-    cancel: &AtomicBool,
-    progress: &(dyn Fn(Progress<'_>) + Sync),
-    sink: &mut dyn Write,
-) -> std::result::Result<(), ConvertError> {
-    let other = |e: Error| ConvertError::Other(e);
-    let qerr = |source| ConvertError::Other(Error::Quant { tensor: tp.name.clone(), source });
-    let from = ggml_quants::by_id(tp.from).expect("planned type");
-    let to = ggml_quants::by_id(tp.to).expect("planned type");
-    let n_per_row = info.dims.first().copied().unwrap_or(1) as usize;
-    let rows_per_expert = info.dims.get(1).copied().unwrap_or(1) as usize;
-    let rows_total = (info.n_elements as usize) / n_per_row.max(1);
-    let row_in = from.row_size(n_per_row).map_err(qerr)?;
-    let row_out = to.row_size(n_per_row).map_err(qerr)?;
-    let slab_rows = (SLAB_F32_BYTES / (n_per_row * 4 + row_out).max(1)).clamp(1, rows_total.max(1));
-    const MIN_CHUNK: usize = 32 * 512;
-    let chunk_rows = if n_per_row >= MIN_CHUNK { 1 } else { MIN_CHUNK.div_ceil(n_per_row) };
-    let mut f32_buf = vec![0f32; slab_rows * n_per_row];
-    let mut raw = Vec::new();
-    let mut out_buf = vec![0u8; slab_rows * row_out];
-    let mut r0 = 0;
-    while r0 < rows_total {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(other(Error::Interrupted));
-        }
-        let nrows = slab_rows.min(rows_total - r0);
-        data.read((r0 * row_in) as u64, nrows * row_in, &mut raw)?;
-        let src = &raw[..];
-        let f = &mut f32_buf[..nrows * n_per_row];
-        if from.id == 0 {
-            for (o, c) in f.iter_mut().zip(src.chunks_exact(4)) {
-                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        } else {
-            from.dequantize(src, f).map_err(qerr)?;
-        }
-        if let Some(i) = f.iter().position(|v| !v.is_finite()) {
-            return Err(other(Error::Convert {
-                tensor: tp.name.clone(),
-                reason: format!("non-finite value {} at element {}", f[i], r0 * n_per_row + i),
-            }));
-        }
-        // Work items: (first row within the slab, rows), split at chunks and experts.
-        let mut items = Vec::new();
-        let mut r = 0;
-        while r < nrows {
-            let g = r0 + r;
-            let n = (nrows - r).min(chunk_rows).min(rows_per_expert - g % rows_per_expert);
-            items.push((r, n));
-            r += n;
-        }
-        let dst = &mut out_buf[..nrows * row_out];
-        let mut pieces: Vec<(usize, usize, &mut [u8])> = Vec::with_capacity(items.len());
-        let mut rest = dst;
-        for &(r, n) in &items {
-            let (a, b) = rest.split_at_mut(n * row_out);
-            pieces.push((r, n, a));
-            rest = b;
-        }
-        let queue = Mutex::new(pieces.into_iter());
-        let next_err: Mutex<Option<ggml_quants::Error>> = Mutex::new(None);
-        let done = AtomicUsize::new(0);
-        let f: &[f32] = f;
-        let work = || loop {
-            let item = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
-            let Some((r, n, d)) = item else { break };
-            let g = r0 + r;
-            let im = imatrix.map(|im| {
-                let e = g / rows_per_expert;
-                &im[e * n_per_row..(e + 1) * n_per_row]
-            });
-            if let Err(e) = to.quantize_rows(&f[r * n_per_row..(r + n) * n_per_row], d, n_per_row, im) {
-                *next_err.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                break;
-            }
-            done.fetch_add(n, Ordering::Relaxed);
-        };
-        // at most 512 threads (llama.cpp's cap); a thread the OS refuses leaves fewer
-        // workers, never a panic
-        let workers = nthread.min(items.len()).clamp(1, 512);
-        std::thread::scope(|s| {
-            for _ in 1..workers {
-                if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
-                    break;
+    cancel: &'a AtomicBool,
+    progress: &'a (dyn Fn(Progress<'_>) + Sync),
+    tx: mpsc::SyncSender<Slab>,
+    /// Buffers the writer is done with, reused so each page is faulted in once.
+    spare: mpsc::Receiver<Vec<u8>>,
+    /// The f32 slab, kept across tensors.
+    f32_buf: Vec<f32>,
+    /// One read buffer per worker.
+    scratch: Vec<Mutex<Vec<u8>>>,
+}
+
+/// A buffer of `n` bytes whose contents will all be overwritten: a returned one when
+/// there is one (not zeroed again where it is long enough).
+fn buffer(spare: &mpsc::Receiver<Vec<u8>>, n: usize) -> Vec<u8> {
+    let mut b = spare.try_recv().unwrap_or_default();
+    if b.len() >= n {
+        b.truncate(n);
+    } else {
+        b.resize(n, 0);
+    }
+    b
+}
+
+fn send(tx: &mpsc::SyncSender<Slab>, buf: Vec<u8>) -> std::result::Result<(), Stop> {
+    tx.send(Ok(buf)).map_err(|_| Stop::Hangup)
+}
+
+impl Producer<'_> {
+    fn run(&mut self, file: &SplitGguf, mine: &[(usize, &TensorPlan)], readers: &[TensorReader<'_>], count: usize) {
+        for (&(index, tp), data) in mine.iter().zip(readers) {
+            match self.tensor(file, index, count, tp, data) {
+                Ok(()) => {}
+                Err(Stop::Hangup) => return,
+                Err(Stop::Failed(e)) => {
+                    let _ = self.tx.send(Err(e));
+                    return;
                 }
             }
-            work();
-        });
-        if let Some(e) = next_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(qerr(e));
         }
-        sink.write_all(&out_buf[..nrows * row_out])?;
-        r0 += nrows;
-        progress(Progress::Rows { done: r0 as u64, total: rows_total as u64 });
     }
-    Ok(())
+
+    fn tensor(
+        &mut self,
+        file: &SplitGguf,
+        index: usize,
+        count: usize,
+        tp: &TensorPlan,
+        data: &TensorReader<'_>,
+    ) -> std::result::Result<(), Stop> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(Error::Interrupted.into());
+        }
+        (self.progress)(Progress::Start { index, count, tensor: tp });
+        if tp.from == tp.to {
+            let mut off = 0u64;
+            while off < data.len {
+                let n = (data.len - off).min(COPY_CHUNK);
+                let mut buf = buffer(&self.spare, n as usize);
+                data.read(off, &mut buf)?;
+                send(&self.tx, buf)?;
+                off += n;
+            }
+        } else {
+            let info = &file.tensors()[tp.src];
+            let imatrix = self
+                .params
+                .imatrix
+                .as_ref()
+                .filter(|_| tp.use_imatrix)
+                .and_then(|im| im.entries.get(&tp.imatrix_name))
+                .map(|v| v.as_slice());
+            self.convert(tp, info, data, imatrix)?;
+        }
+        (self.progress)(Progress::Done { tensor: tp });
+        Ok(())
+    }
+
+    /// Reads and converts `data` to f32 slab by slab and quantizes each slab in
+    /// llama.cpp's row chunks (chunks never cross an expert; each expert has its own
+    /// imatrix slice), on `nthread` workers.
+    fn convert(
+        &mut self,
+        tp: &TensorPlan,
+        info: &gguf_format::TensorInfo,
+        data: &TensorReader<'_>,
+        imatrix: Option<&[f32]>,
+    ) -> std::result::Result<(), Stop> {
+        let qerr = |source| Error::Quant { tensor: tp.name.clone(), source };
+        let from = ggml_quants::by_id(tp.from).expect("planned type");
+        let to = ggml_quants::by_id(tp.to).expect("planned type");
+        let n_per_row = (info.dims.first().copied().unwrap_or(1) as usize).max(1);
+        let rows_per_expert = info.dims.get(1).copied().unwrap_or(1) as usize;
+        let rows_total = (info.n_elements as usize) / n_per_row;
+        let row_in = from.row_size(n_per_row).map_err(qerr)?;
+        let row_out = to.row_size(n_per_row).map_err(qerr)?;
+        let slab_rows = (SLAB_F32_BYTES / (n_per_row * 4 + row_out).max(1)).clamp(1, rows_total.max(1));
+        const MIN_CHUNK: usize = 32 * 512;
+        let chunk_rows = if n_per_row >= MIN_CHUNK { 1 } else { MIN_CHUNK.div_ceil(n_per_row) };
+        let piece_rows = (READ_PIECE / row_in.max(1)).max(1);
+        let need = slab_rows * n_per_row;
+        if self.f32_buf.len() < need {
+            self.f32_buf.resize(need, 0.0);
+        }
+        let cancel = self.cancel;
+        let mut r0 = 0;
+        while r0 < rows_total {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::Interrupted.into());
+            }
+            let nrows = slab_rows.min(rows_total - r0);
+            let f = &mut self.f32_buf[..nrows * n_per_row];
+
+            // Read and decode in pieces of whole rows, each worker with its own buffer.
+            let scratch = &self.scratch;
+            let pieces: Vec<(usize, &mut [f32])> =
+                f.chunks_mut(piece_rows * n_per_row).enumerate().map(|(i, c)| (i * piece_rows, c)).collect();
+            run_queue(self.nthread, pieces, |w, (r, dst): (usize, &mut [f32])| -> Result<()> {
+                let mut raw = scratch[w].lock().unwrap_or_else(|p| p.into_inner());
+                let n = dst.len() / n_per_row * row_in;
+                if raw.len() < n {
+                    raw.resize(n, 0);
+                }
+                let raw = &mut raw[..n];
+                data.read(((r0 + r) * row_in) as u64, raw)?;
+                if from.id == 0 {
+                    for (o, c) in dst.iter_mut().zip(raw.chunks_exact(4)) {
+                        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    }
+                } else {
+                    from.dequantize(raw, dst).map_err(qerr)?;
+                }
+                if !all_finite(dst) {
+                    let i = dst.iter().position(|v| !v.is_finite()).expect("a non-finite value");
+                    return Err(Error::Convert {
+                        tensor: tp.name.clone(),
+                        reason: format!("non-finite value {} at element {}", dst[i], (r0 + r) * n_per_row + i),
+                    });
+                }
+                Ok(())
+            })?;
+
+            // Work items: (first row within the slab, rows), split at chunks and experts.
+            let mut out = buffer(&self.spare, nrows * row_out);
+            let f: &[f32] = &self.f32_buf[..nrows * n_per_row];
+            let mut items: Vec<(usize, usize, &mut [u8])> = Vec::new();
+            let mut rest = &mut out[..];
+            let mut r = 0;
+            while r < nrows {
+                let g = r0 + r;
+                let n = (nrows - r).min(chunk_rows).min(rows_per_expert - g % rows_per_expert);
+                let (a, b) = rest.split_at_mut(n * row_out);
+                items.push((r, n, a));
+                rest = b;
+                r += n;
+            }
+            run_queue(self.nthread, items, |_, (r, n, d): (usize, usize, &mut [u8])| -> Result<()> {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(Error::Interrupted);
+                }
+                let im = imatrix.map(|im| {
+                    let e = (r0 + r) / rows_per_expert;
+                    &im[e * n_per_row..(e + 1) * n_per_row]
+                });
+                to.quantize_rows(&f[r * n_per_row..(r + n) * n_per_row], d, n_per_row, im).map(|_| ()).map_err(qerr)
+            })?;
+            send(&self.tx, out)?;
+            r0 += nrows;
+            (self.progress)(Progress::Rows { done: r0 as u64, total: rows_total as u64 });
+        }
+        Ok(())
+    }
+}
+
+/// No NaN or infinity in `x` (a pass the compiler vectorizes).
+fn all_finite(x: &[f32]) -> bool {
+    x.chunks(64).all(|c| c.iter().fold(true, |ok, v| ok & v.is_finite()))
+}
+
+/// Runs `f(worker, item)` over `items` on up to `workers` threads (this one included),
+/// items taken in order. After a failure no new item is started, and the failure of the
+/// earliest failed item is returned — the one a sequential run would have reported,
+/// since every earlier item was taken, and is finished, before it.
+fn run_queue<T: Send, E: Send>(
+    workers: usize,
+    items: Vec<T>,
+    f: impl Fn(usize, T) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(), E> {
+    let workers = workers.min(items.len()).clamp(1, 512);
+    let queue = Mutex::new(items.into_iter().enumerate());
+    let failed = AtomicBool::new(false);
+    let first: Mutex<Option<(usize, E)>> = Mutex::new(None);
+    let work = |w: usize| loop {
+        if failed.load(Ordering::Relaxed) {
+            break;
+        }
+        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+        let Some((i, item)) = next else { break };
+        if let Err(e) = f(w, item) {
+            failed.store(true, Ordering::Relaxed);
+            let mut g = first.lock().unwrap_or_else(|p| p.into_inner());
+            if g.as_ref().is_none_or(|(j, _)| i < *j) {
+                *g = Some((i, e));
+            }
+        }
+    };
+    let work = &work;
+    // a thread the OS refuses leaves fewer workers, never a panic
+    std::thread::scope(|s| {
+        for w in 1..workers {
+            if std::thread::Builder::new().spawn_scoped(s, move || work(w)).is_err() {
+                break;
+            }
+        }
+        work(0);
+    });
+    match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// `llama_split_path`: `PREFIX-00001-of-00003.gguf` (split numbers from 0).
 pub fn split_path(prefix: &str, split_no: u32, split_count: u32) -> String {
     format!("{prefix}-{:05}-of-{split_count:05}.gguf", split_no + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn run_queue_reports_the_earliest_failure_and_runs_everything_before_it() {
+        for workers in [1, 2, 3, 8] {
+            let done: Vec<AtomicUsize> = (0..300).map(|_| AtomicUsize::new(0)).collect();
+            let r = run_queue(workers, (0..300).collect(), |_, i: usize| {
+                done[i].fetch_add(1, Ordering::Relaxed);
+                if i >= 40 && i % 37 == 5 {
+                    Err(i)
+                } else {
+                    Ok(())
+                }
+            });
+            assert_eq!(r, Err(42), "{workers} workers");
+            assert!(done[..=42].iter().all(|d| d.load(Ordering::Relaxed) == 1), "{workers} workers");
+            assert!(done.iter().all(|d| d.load(Ordering::Relaxed) <= 1));
+        }
+        let sum = AtomicUsize::new(0);
+        let r: std::result::Result<(), ()> = run_queue(4, (1..=100).collect(), |_, i: usize| {
+            sum.fetch_add(i, Ordering::Relaxed);
+            Ok(())
+        });
+        assert_eq!((r, sum.into_inner()), (Ok(()), 5050));
+    }
+
+    #[test]
+    fn all_finite_finds_any_nan_or_infinity() {
+        let mut x = vec![1.5f32; 1000];
+        assert!(all_finite(&x));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 63, 64, 999] {
+                x[at] = bad;
+                assert!(!all_finite(&x), "{bad} at {at}");
+                x[at] = 1.5;
+            }
+        }
+    }
 }
