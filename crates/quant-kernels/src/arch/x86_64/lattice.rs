@@ -43,6 +43,21 @@ trait Lattice {
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32);
     /// The odd scales `(2s + 1)` of the first and second 16 elements of group `g`.
     unsafe fn scales(b: *const u8, g: usize) -> (i32, i32);
+    /// The sign masks of all 8 groups (as [`Lattice::group`]'s).
+    unsafe fn signs(b: *const u8) -> [u32; 8];
+    /// The 16 odd scales of the block, one per 16 elements.
+    unsafe fn scale16(b: *const u8) -> __m512i;
+}
+
+/// `2s + 1` of 16 nibbles: the low then the high nibble of each of 8 bytes at `p`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn nibble_scales(p: *const u8) -> __m512i {
+    let v = _mm_loadl_epi64(p as *const __m128i);
+    let m = _mm_set1_epi8(0xF);
+    let n = _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16::<4>(v), m));
+    let z = _mm512_cvtepu8_epi32(n);
+    _mm512_add_epi32(_mm512_add_epi32(z, z), _mm512_set1_epi32(1))
 }
 
 struct Iq3S;
@@ -69,6 +84,19 @@ impl Lattice for Iq3S {
         let s = 2 * ((*b.add(106 + g / 2) >> (4 * (g % 2))) & 0xF) as i32 + 1;
         (s, s)
     }
+
+    #[inline(always)]
+    unsafe fn signs(b: *const u8) -> [u32; 8] {
+        core::array::from_fn(|g| (b.add(74 + 4 * g) as *const u32).read_unaligned())
+    }
+
+    #[inline(always)]
+    unsafe fn scale16(b: *const u8) -> __m512i {
+        // 4 scale bytes → 8 per-32 scales, each twice.
+        let s8 = (b.add(106) as *const u32).read_unaligned() as i64;
+        let z = nibble_scales(&s8 as *const i64 as *const u8);
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), z)
+    }
 }
 
 impl Lattice for Iq2Xs {
@@ -92,6 +120,25 @@ impl Lattice for Iq2Xs {
     unsafe fn scales(b: *const u8, g: usize) -> (i32, i32) {
         let sc = *b.add(66 + g);
         (2 * (sc & 0xF) as i32 + 1, 2 * (sc >> 4) as i32 + 1)
+    }
+
+    #[inline(always)]
+    unsafe fn signs(b: *const u8) -> [u32; 8] {
+        // ksigns_iq2xs[s] = s | parity(s) << 7, for the 32 sign indices (bits 9.. of qs) at once.
+        let q = _mm512_loadu_si512(b.add(2) as *const __m512i);
+        let s7 = _mm512_srli_epi16::<9>(q);
+        let mut p = _mm512_xor_si512(s7, _mm512_srli_epi16::<4>(s7));
+        p = _mm512_xor_si512(p, _mm512_srli_epi16::<2>(p));
+        p = _mm512_xor_si512(p, _mm512_srli_epi16::<1>(p));
+        let s8 = _mm512_or_si512(s7, _mm512_slli_epi16::<7>(_mm512_and_si512(p, _mm512_set1_epi16(1))));
+        let mut out = [0u32; 8];
+        _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, _mm512_cvtepi16_epi8(s8));
+        out
+    }
+
+    #[inline(always)]
+    unsafe fn scale16(b: *const u8) -> __m512i {
+        nibble_scales(b.add(66))
     }
 }
 
@@ -121,12 +168,14 @@ unsafe fn vec_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
             let wb = wr.add(b * L::BYTES);
             let dw = f16_at(wb);
             let mut grid = [zero; 8];
-            let mut mask = [0u32; 8];
+            let mask = L::signs(wb);
+            let s16 = L::scale16(wb);
             let mut sc = [zero; 8];
             for g in 0..8 {
-                (grid[g], mask[g]) = L::group(wb, g);
-                let (lo, hi) = L::scales(wb, g);
-                sc[g] = _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
+                grid[g] = L::group(wb, g).0;
+                let i = 2 * g as i32;
+                let idx = _mm512_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1, 0, 0, 0, 0, 0, 0, 0, 0);
+                sc[g] = _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, s16));
             }
             for (t, acc) in acc.iter_mut().enumerate().take(nt) {
                 let xb = a.x.add((t0 + t) * a.x_stride + b * Q8_K_BYTES);
