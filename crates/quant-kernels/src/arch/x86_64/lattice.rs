@@ -24,8 +24,8 @@ use super::vnni::{f16_at, has_vnni, hsum_float_8};
 use crate::registry::Tile;
 use crate::scalar::act::Q8_K_BYTES;
 use crate::scalar::iq4::Path;
-use crate::scalar::lattice::{self as s, IQ2_XS_BYTES, IQ3_S_BYTES};
-use ggml_quants::types::iq_tables::{IQ2XS_GRID, IQ3S_GRID, KSIGNS_IQ2XS};
+use crate::scalar::lattice::{self as s, IQ2_S_BYTES, IQ2_XS_BYTES, IQ2_XXS_BYTES, IQ3_S_BYTES, IQ3_XXS_BYTES};
+use ggml_quants::types::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
 
 /// One lattice format's decoder: group `g` (32 elements) of the block at `b` as grid
 /// magnitudes (32 unsigned bytes) and a sign mask (bit `e` set: element `e` is negative),
@@ -44,9 +44,23 @@ trait Lattice {
     /// The odd scales `(2s + 1)` of the first and second 16 elements of group `g`.
     unsafe fn scales(b: *const u8, g: usize) -> (i32, i32);
     /// The sign masks of all 8 groups (as [`Lattice::group`]'s).
-    unsafe fn signs(b: *const u8) -> [u32; 8];
+    #[inline(always)]
+    unsafe fn signs(b: *const u8) -> [u32; 8] {
+        core::array::from_fn(|g| Self::group(b, g).1)
+    }
     /// The 16 odd scales of the block, one per 16 elements.
-    unsafe fn scale16(b: *const u8) -> __m512i;
+    #[inline(always)]
+    unsafe fn scale16(b: *const u8) -> __m512i {
+        let a: [i32; 16] = core::array::from_fn(|k| {
+            let (lo, hi) = Self::scales(b, k / 2);
+            if k % 2 == 0 {
+                lo
+            } else {
+                hi
+            }
+        });
+        _mm512_loadu_si512(a.as_ptr() as *const __m512i)
+    }
 }
 
 /// `2s + 1` of 16 nibbles: the low then the high nibble of each of 8 bytes at `p`.
@@ -62,6 +76,9 @@ unsafe fn nibble_scales(p: *const u8) -> __m512i {
 
 struct Iq3S;
 struct Iq2Xs;
+struct Iq2Xxs;
+struct Iq3Xxs;
+struct Iq2S;
 
 impl Lattice for Iq3S {
     const BYTES: usize = IQ3_S_BYTES;
@@ -139,6 +156,82 @@ impl Lattice for Iq2Xs {
     #[inline(always)]
     unsafe fn scale16(b: *const u8) -> __m512i {
         nibble_scales(b.add(66))
+    }
+}
+
+/// The 4 sign bytes of group `g` from 7-bit `ksigns_iq2xs` indices packed in `aux` (bits `7l..7l+7`).
+#[inline(always)]
+fn ksigns4(aux: u32) -> u32 {
+    let k = |l: u32| (KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize] as u32) << (8 * l);
+    k(0) | k(1) | k(2) | k(3)
+}
+
+impl Lattice for Iq2Xxs {
+    const BYTES: usize = IQ2_XXS_BYTES;
+    const NSUB: usize = 8;
+    const VEC_POST: f32 = 0.125;
+    const TILED_MUL: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
+        let p = b.add(2 + 8 * g);
+        let idx = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((p as *const i32).read_unaligned()));
+        let grid = _mm256_i32gather_epi64::<8>(IQ2XXS_GRID.as_ptr() as *const i64, idx);
+        (grid, ksigns4((p.add(4) as *const u32).read_unaligned()))
+    }
+
+    #[inline(always)]
+    unsafe fn scales(b: *const u8, g: usize) -> (i32, i32) {
+        let s = 2 * (*b.add(2 + 8 * g + 7) >> 4) as i32 + 1;
+        (s, s)
+    }
+}
+
+impl Lattice for Iq3Xxs {
+    const BYTES: usize = IQ3_XXS_BYTES;
+    const NSUB: usize = 8;
+    const VEC_POST: f32 = 0.25;
+    const TILED_MUL: f32 = 0.25;
+
+    #[inline(always)]
+    unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
+        let idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(2 + 8 * g) as *const __m128i));
+        let grid = _mm256_i32gather_epi32::<4>(IQ3XXS_GRID.as_ptr() as *const i32, idx);
+        (grid, ksigns4((b.add(66 + 4 * g) as *const u32).read_unaligned()))
+    }
+
+    #[inline(always)]
+    unsafe fn scales(b: *const u8, g: usize) -> (i32, i32) {
+        let s = 2 * (*b.add(66 + 4 * g + 3) >> 4) as i32 + 1;
+        (s, s)
+    }
+}
+
+impl Lattice for Iq2S {
+    const BYTES: usize = IQ2_S_BYTES;
+    const NSUB: usize = 16;
+    const VEC_POST: f32 = 0.125;
+    const TILED_MUL: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
+        // Index l = qs[4g + l] | bits 2l, 2l+1 of qh[g] << 8.
+        let qs = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((b.add(2 + 4 * g) as *const i32).read_unaligned()));
+        let qh = _mm_sllv_epi32(_mm_set1_epi32(*b.add(66 + g) as i32), _mm_setr_epi32(8, 6, 4, 2));
+        let idx = _mm_or_si128(qs, _mm_and_si128(qh, _mm_set1_epi32(0x300)));
+        let grid = _mm256_i32gather_epi64::<8>(IQ2S_GRID.as_ptr() as *const i64, idx);
+        (grid, (b.add(34 + 4 * g) as *const u32).read_unaligned())
+    }
+
+    #[inline(always)]
+    unsafe fn scales(b: *const u8, g: usize) -> (i32, i32) {
+        let sc = *b.add(74 + g);
+        (2 * (sc & 0xF) as i32 + 1, 2 * (sc >> 4) as i32 + 1)
+    }
+
+    #[inline(always)]
+    unsafe fn scale16(b: *const u8) -> __m512i {
+        nibble_scales(b.add(74))
     }
 }
 
@@ -521,6 +614,36 @@ pub fn iq2_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     tile_imp::<Iq2Xs>(t, y, y_stride)
 }
 
+/// IQ2_XXS × Q8_K tile along [`s::path`].
+pub fn iq2_xxs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    tile_imp::<Iq2Xxs>(t, y, y_stride)
+}
+
+/// IQ3_XXS × Q8_K tile along [`s::path`].
+pub fn iq3_xxs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    tile_imp::<Iq3Xxs>(t, y, y_stride)
+}
+
+/// IQ2_S × Q8_K tile along [`s::path`].
+pub fn iq2_s_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    tile_imp::<Iq2S>(t, y, y_stride)
+}
+
+/// `ggml_vec_dot_iq2_xxs_q8_K`.
+pub fn iq2_xxs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_via_tile(iq2_xxs_tile, n, w, x)
+}
+
+/// `ggml_vec_dot_iq3_xxs_q8_K`.
+pub fn iq3_xxs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_via_tile(iq3_xxs_tile, n, w, x)
+}
+
+/// `ggml_vec_dot_iq2_s_q8_K`.
+pub fn iq2_s_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    dot_via_tile(iq2_s_tile, n, w, x)
+}
+
 /// `ggml_vec_dot_iq3_s_q8_K`.
 pub fn iq3_s_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
     dot_via_tile(iq3_s_tile, n, w, x)
@@ -534,7 +657,7 @@ pub fn iq2_xs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
 mod registration {
     use super::*;
     use crate::registry::Kernel;
-    use ggml_quants::types::{iq2_xs::Iq2Xs, iq3_s::Iq3S, q8_k::Q8K};
+    use ggml_quants::types::{iq2_s::Iq2S, iq2_xs::Iq2Xs, iq2_xxs::Iq2Xxs, iq3_s::Iq3S, iq3_xxs::Iq3Xxs, q8_k::Q8K};
     use ggml_quants::GgmlType;
 
     inventory::submit! {
@@ -546,5 +669,20 @@ mod registration {
         Kernel::new(<Iq2Xs as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq2_xs_q8_k)
             .with_available(has_vnni)
             .with_tile(iq2_xs_tile)
+    }
+    inventory::submit! {
+        Kernel::new(<Iq2Xxs as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq2_xxs_q8_k)
+            .with_available(has_vnni)
+            .with_tile(iq2_xxs_tile)
+    }
+    inventory::submit! {
+        Kernel::new(<Iq3Xxs as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq3_xxs_q8_k)
+            .with_available(has_vnni)
+            .with_tile(iq3_xxs_tile)
+    }
+    inventory::submit! {
+        Kernel::new(<Iq2S as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq2_s_q8_k)
+            .with_available(has_vnni)
+            .with_tile(iq2_s_tile)
     }
 }
