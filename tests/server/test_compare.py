@@ -178,3 +178,30 @@ def test_same_sse_shape(pair, usage):
     c = event_shape(pair["llama"], "/v1/completions", {"prompt": "Red, green,", "max_tokens": 6, "temperature": 0})
     d = event_shape(pair["gguf"], "/v1/completions", {"prompt": "Red, green,", "max_tokens": 6, "temperature": 0})
     assert c == d
+
+
+def test_cache_reuse_counts_what_llama_server_counts(log_dir):
+    """--cache-reuse 8 at -np 1: a prompt that drops a middle chunk of the previous one reuses the same
+    cells on both servers (timings.cache_n / prompt_n); the continuation after the shift is compared
+    and reported, not required identical (llama-server attends shifted cells in cell order)."""
+    head = "You are a helpful assistant who answers briefly. " * 2
+    dropped = "This paragraph is only in the first request: " + "one two three four five. " * 4
+    kept = "The user is planning a trip to Italy and wants to know about trains and food. " * 2
+    prompts = [f"{head}\n{dropped}\n{kept}\nQ: Rome?\nA:", f"{head}\n{kept}\nQ: Milan?\nA:"]
+    out = {}
+    for kind, binary in (("llama", LLAMA_BIN), ("gguf", GGUF_BIN)):
+        s = Server(kind=kind, binary=binary, np=1, ctx=2048, extra=["--cache-reuse", "8"], log_dir=log_dir)
+        _LIVE.append(s)
+        s.start()
+        try:
+            rs = [s.post_json("/completion", {"prompt": p, "n_predict": 8, "temperature": 0, "cache_prompt": True})
+                  for p in prompts]
+            out[kind] = [(r["timings"]["cache_n"], r["timings"]["prompt_n"], r["content"]) for r in rs]
+        finally:
+            s.stop()
+            _LIVE.remove(s)
+    (la, lb), (ga, gb) = out["llama"], out["gguf"]
+    assert la[:2] == ga[:2] == (0, la[1]), out
+    assert lb[:2] == gb[:2], out
+    assert lb[0] > 2 * len(head.split()), f"nothing beyond the prefix was reused: {out}"
+    print(f"after the shift: llama {lb[2]!r} / gguf {gb[2]!r}: {'same' if lb[2] == gb[2] else 'different'} text")

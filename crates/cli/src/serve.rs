@@ -74,9 +74,19 @@ pub struct ServeArgs {
     /// Jinja chat templates (always on; accepted for llama-server compatibility).
     #[arg(long)]
     pub jinja: bool,
-    /// Accepted for llama-server compatibility: prefix reuse is always on (see ARCHITECTURE.md).
+    /// Smallest chunk of a slot's cached prompt to reuse by shifting its KV cells when it
+    /// reappears later in a new prompt (llama-server's `--cache-reuse`; 0 = off: only the
+    /// prefix is reused, in whole `-ub` chunks, which keeps answers independent of the cache).
     #[arg(long = "cache-reuse", default_value_t = 0)]
     pub cache_reuse: usize,
+    /// One KV cache of `-c` cells shared by all slots (llama-server's `-kvu`): a slot may
+    /// use the whole context while the others leave room; idle slots' caches are dropped
+    /// when it fills.
+    #[arg(long = "kv-unified", overrides_with = "no_kv_unified")]
+    pub kv_unified: bool,
+    /// A KV cache of `-c / -np` cells per slot (the default; `-no-kvu`).
+    #[arg(long = "no-kv-unified")]
+    pub no_kv_unified: bool,
     /// Per-request time limit in seconds (0 = none).
     #[arg(long = "timeout", default_value_t = 600)]
     pub timeout: u64,
@@ -137,6 +147,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         timeout_s: args.timeout,
         queue_size: args.queue_size,
         max_body: args.max_body_size,
+        cache_reuse: args.cache_reuse,
+        kv_unified: args.kv_unified && !args.no_kv_unified,
         announce: true,
     };
     server::serve(cfg, None)?;

@@ -48,6 +48,10 @@ pub struct GenParams {
     pub ignore_eos: bool,
     /// Reuse a slot's cached prefix.
     pub cache_prompt: bool,
+    /// llama-server's `n_cache_reuse` (`--cache-reuse`): reuse cached chunks of at least
+    /// this many tokens that appear later in the prompt by shifting their KV cells; 0 =
+    /// off (only the aligned prefix is reused, see the module docs).
+    pub n_cache_reuse: usize,
     /// Output constraint.
     pub constraint: Option<Box<dyn Constrain>>,
     /// Stop generating at this time (the request's time limit).
@@ -226,6 +230,11 @@ pub struct EngineOptions {
     pub cache_type_v: models::CacheType,
     /// Requests that may wait for a slot.
     pub queue_size: usize,
+    /// llama-server's `--kv-unified`: all slots together hold at most this many cells
+    /// (each slot may fill up to `n_ctx_slot` of them); when a pass does not fit, idle
+    /// slots' caches are dropped one at a time, and when that is not enough the running
+    /// requests fail with "Context size has been exceeded." (`None`: a cache per slot).
+    pub kv_unified: Option<usize>,
 }
 
 /// The HTTP side's handle on the scheduler.
@@ -279,7 +288,9 @@ impl Engine {
             shutdown: shutdown.clone(),
             n_batch: opts.n_batch.max(1),
             n_ubatch: opts.n_ubatch.max(1),
+            kv_unified: opts.kv_unified,
             clock: 0,
+            profile: std::env::var_os("GGUF_SERVE_PROFILE").map(|_| Profile::default()),
         };
         let thread = std::thread::Builder::new()
             .name("gguf-scheduler".into())
@@ -343,7 +354,12 @@ struct Active {
     job: Job,
     /// Prompt tokens in the cache.
     pos: usize,
+    /// The prompt is read in chunks aligned at multiples of `n_ubatch` from position 0
+    /// over cells that were too (false after an unaligned reuse or a KV shift).
+    aligned: bool,
     sampler: Sampler,
+    /// The chain always picks the largest logit when it is unique ([`picks_argmax`]).
+    greedy: bool,
     generated: Vec<u32>,
     /// The last sampled token, not yet in the cache.
     next: Option<u32>,
@@ -379,11 +395,68 @@ struct Scheduler {
     shutdown: Arc<AtomicBool>,
     n_batch: usize,
     n_ubatch: usize,
+    kv_unified: Option<usize>,
     clock: u64,
+    /// `GGUF_SERVE_PROFILE` set: where the scheduler's time goes, printed to stderr
+    /// whenever the server falls idle.
+    profile: Option<Profile>,
+}
+
+/// Scheduler time by phase (µs) and passes by number of segments.
+#[derive(Default)]
+struct Profile {
+    steps: u64,
+    segments: u64,
+    prompt_tokens: u64,
+    forward_us: u64,
+    sample_us: u64,
+    other_us: u64,
+    t_last: Option<Instant>,
+}
+
+impl Profile {
+    fn report(&mut self) {
+        if self.steps > 0 {
+            eprintln!(
+                "profile: {} passes ({:.2} segments each, {} prompt tokens): forward {:.1} ms, sample+send {:.1} ms, other {:.1} ms; per pass {:.2} / {:.2} / {:.2} ms",
+                self.steps,
+                self.segments as f64 / self.steps as f64,
+                self.prompt_tokens,
+                self.forward_us as f64 / 1e3,
+                self.sample_us as f64 / 1e3,
+                self.other_us as f64 / 1e3,
+                self.forward_us as f64 / 1e3 / self.steps as f64,
+                self.sample_us as f64 / 1e3 / self.steps as f64,
+                self.other_us as f64 / 1e3 / self.steps as f64,
+            );
+        }
+        *self = Profile::default();
+    }
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// llama-server's prompt reuse with `n_cache_reuse = min > 0`: the whole common prefix of
+/// the cache and the prompt, then, walking on through the cache, every run of at least
+/// `min` tokens that continues the prompt where the reused part ends (its cells are to be
+/// shifted there). Returns the prefix length and the chunks `(cache position, length)`.
+pub fn reuse_plan(cached: &[u32], prompt: &[u32], min: usize) -> (usize, Vec<(usize, usize)>) {
+    let keep = common_prefix(cached, prompt);
+    let mut chunks = Vec::new();
+    let (mut head_c, mut head_p) = (keep, keep);
+    while min > 0 && head_c < cached.len() && head_p < prompt.len() {
+        let n = common_prefix(&cached[head_c..], &prompt[head_p..]);
+        if n >= min {
+            chunks.push((head_c, n));
+            head_c += n;
+            head_p += n;
+        } else {
+            head_c += 1;
+        }
+    }
+    (keep, chunks)
 }
 
 impl Scheduler {
@@ -404,6 +477,9 @@ impl Scheduler {
             }
             self.admit();
             if self.slots.iter().all(|s| s.active.is_none()) {
+                if let Some(p) = self.profile.as_mut() {
+                    p.report();
+                }
                 if !open && self.waiting.is_empty() {
                     break;
                 }
@@ -474,7 +550,13 @@ impl Scheduler {
                     want
                 }
                 _ => {
-                    let reuse = |s: usize| if job.params.cache_prompt { self.reusable(s, &job.prompt) } else { 0 };
+                    let reuse = |s: usize| {
+                        if job.params.cache_prompt {
+                            self.reusable(s, &job.prompt, job.params.n_cache_reuse)
+                        } else {
+                            0
+                        }
+                    };
                     *free
                         .iter()
                         .max_by_key(|&&s| (reuse(s), std::cmp::Reverse(self.slots[s].last_used)))
@@ -488,17 +570,51 @@ impl Scheduler {
     }
 
     /// Cells of slot `s` a request with `prompt` can keep (see the module docs).
-    fn reusable(&self, s: usize, prompt: &[u32]) -> usize {
+    fn reusable(&self, s: usize, prompt: &[u32], n_cache_reuse: usize) -> usize {
         let slot = &self.slots[s];
+        if n_cache_reuse > 0 {
+            let (keep, chunks) = reuse_plan(&slot.cached, prompt, n_cache_reuse);
+            return (keep + chunks.iter().map(|c| c.1).sum::<usize>()).min(prompt.len().saturating_sub(1));
+        }
         let common = common_prefix(&slot.cached, prompt).min(slot.aligned_end).min(prompt.len().saturating_sub(1));
         common / self.n_ubatch * self.n_ubatch
     }
 
     fn start(&mut self, s: usize, job: Job) {
-        let keep = if job.params.cache_prompt { self.reusable(s, &job.prompt) } else { 0 };
+        let ub = self.n_ubatch;
         self.clock += 1;
         let slot = &mut self.slots[s];
         slot.last_used = self.clock;
+        let last = job.prompt.len().saturating_sub(1);
+        let (keep, aligned) = if !job.params.cache_prompt {
+            (0, true)
+        } else if job.params.n_cache_reuse == 0 {
+            let common = common_prefix(&slot.cached, &job.prompt).min(slot.aligned_end).min(last);
+            (common / ub * ub, true)
+        } else {
+            // llama-server's reuse: the whole common prefix, then chunks moved into place
+            let (prefix, chunks) = reuse_plan(&slot.cached, &job.prompt, job.params.n_cache_reuse);
+            slot.aligned_end = slot.aligned_end.min(prefix);
+            let shifted = !chunks.is_empty()
+                && match self.model.shift_cache(slot.state.as_mut(), prefix, &chunks) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        // a model that cannot shift reuses the prefix only (llama-server: "cache
+                        // reuse is not supported")
+                        eprintln!("slot {}: cache reuse: {e}", slot.id);
+                        false
+                    }
+                };
+            let n = if shifted { slot.state.n_past() } else { prefix };
+            // at least one prompt token is evaluated, for its logits
+            let keep = n.min(last);
+            (keep, !shifted && keep.is_multiple_of(ub) && keep <= slot.aligned_end)
+        };
+        if job.params.cache_prompt && job.params.n_cache_reuse > 0 {
+            // the cache now holds the prompt's first `keep` tokens (shifted chunks included)
+            slot.cached.clear();
+            slot.cached.extend_from_slice(&job.prompt[..keep]);
+        }
         slot.state.truncate(keep);
         slot.cached.truncate(keep);
         slot.aligned_end = slot.aligned_end.min(keep);
@@ -508,9 +624,12 @@ impl Scheduler {
         }
         self.metrics.processing.fetch_add(1, Ordering::Relaxed);
         self.metrics.prompt_cached.fetch_add(keep as u64, Ordering::Relaxed);
+        let greedy = picks_argmax(&job.params.sampler);
         slot.active = Some(Active {
             job,
             pos: keep,
+            aligned,
+            greedy,
             sampler,
             generated: Vec::new(),
             next: None,
@@ -547,8 +666,13 @@ impl Scheduler {
                 budget = budget.saturating_sub(1);
             }
         }
-        for (i, s) in self.slots.iter().enumerate() {
-            let Some(a) = &s.active else { continue };
+        let n_decode = plan.len();
+        if !self.cells_fit(n_decode) {
+            return Err(Error::Invalid("Context size has been exceeded.".into()));
+        }
+        let mut cells = n_decode;
+        for i in 0..self.slots.len() {
+            let Some(a) = &self.slots[i].active else { continue };
             if a.next.is_some() || a.pos >= a.job.prompt.len() {
                 continue;
             }
@@ -557,11 +681,30 @@ impl Scheduler {
             if n > budget && !plan.is_empty() {
                 continue;
             }
+            if !self.cells_fit(cells + n) {
+                // the unified cache is full: this chunk waits for cells to free up
+                continue;
+            }
+            cells += n;
             budget = budget.saturating_sub(n);
+            let a = self.slots[i].active.as_ref().expect("checked above");
             plan.push((i, a.job.prompt[a.pos..end].to_vec(), end == a.job.prompt.len()));
         }
         if plan.is_empty() {
+            if self.slots.iter().any(|s| s.active.as_ref().is_some_and(|a| a.pos < a.job.prompt.len())) {
+                // prompts that cannot go on while nothing generates (unified cache full)
+                return Err(Error::Invalid("Context size has been exceeded.".into()));
+            }
             return Ok(());
+        }
+        let t0 = Instant::now();
+        if let Some(p) = self.profile.as_mut() {
+            if let Some(t) = p.t_last {
+                p.other_us += (t0 - t).as_micros() as u64;
+            }
+            p.steps += 1;
+            p.segments += plan.len() as u64;
+            p.prompt_tokens += plan.iter().filter(|x| x.1.len() > 1 || !x.2).map(|x| x.1.len() as u64).sum::<u64>();
         }
         let logits = {
             let mut by_slot: Vec<Option<&mut Slot>> = self.slots.iter_mut().map(Some).collect();
@@ -576,6 +719,7 @@ impl Scheduler {
             }
             self.model.forward_batch(&mut segs)?
         };
+        let t1 = Instant::now();
         self.metrics.n_decode.fetch_add(1, Ordering::Relaxed);
         self.metrics.busy_slots.fetch_add(plan.len() as u64, Ordering::Relaxed);
         for ((i, tokens, last), l) in plan.into_iter().zip(logits) {
@@ -585,7 +729,7 @@ impl Scheduler {
             if a.next.take().is_none() {
                 a.pos += tokens.len();
                 self.metrics.prompt_tokens.fetch_add(tokens.len() as u64, Ordering::Relaxed);
-                if a.pos == a.job.prompt.len() {
+                if a.pos == a.job.prompt.len() && a.aligned {
                     slot.aligned_end = a.pos / ub * ub;
                 }
             }
@@ -594,7 +738,33 @@ impl Scheduler {
                 self.sample(i, l);
             }
         }
+        if let Some(p) = self.profile.as_mut() {
+            let t2 = Instant::now();
+            p.forward_us += (t1 - t0).as_micros() as u64;
+            p.sample_us += (t2 - t1).as_micros() as u64;
+            p.t_last = Some(t2);
+        }
         Ok(())
+    }
+
+    /// Whether `n` more cells fit the unified cache (always, with a cache per slot); makes
+    /// room by dropping idle slots' cached cells one slot at a time, as llama-server's
+    /// `try_clear_idle_slots` does.
+    fn cells_fit(&mut self, n: usize) -> bool {
+        let Some(total) = self.kv_unified else { return true };
+        loop {
+            let used: usize = self.slots.iter().map(|s| s.state.n_past()).sum();
+            if used + n <= total {
+                return true;
+            }
+            let Some(idle) = self.slots.iter_mut().find(|s| s.active.is_none() && s.state.n_past() > 0) else {
+                return false;
+            };
+            eprintln!("slot {}: purging {} cached tokens (unified KV cache full)", idle.id, idle.state.n_past());
+            idle.state.truncate(0);
+            idle.cached.clear();
+            idle.aligned_end = 0;
+        }
     }
 
     /// Samples slot `i`'s next token from `logits` and tells its client.
@@ -621,7 +791,10 @@ impl Scheduler {
                 return;
             }
         }
-        let id = a.sampler.sample(&logits);
+        let id = match a.greedy.then(|| unique_argmax(&logits)).flatten() {
+            Some(id) => id,
+            None => a.sampler.sample(&logits),
+        };
         let probs = (a.job.params.n_probs > 0).then(|| probs_of(&tok, &logits, id, a.job.params.n_probs));
         a.sampler.accept(id);
         if let Some(c) = a.job.params.constraint.as_mut() {
@@ -732,13 +905,66 @@ impl Scheduler {
     fn publish(&self) {
         let mut infos = self.infos.lock().unwrap_or_else(|e| e.into_inner());
         for (info, s) in infos.iter_mut().zip(&self.slots) {
+            let id_task = s.active.as_ref().map(|a| a.job.id);
+            if info.id_task != id_task || info.is_processing != s.active.is_some() {
+                // the settings change with the task only (not cloned at every step)
+                info.settings = s.active.as_ref().map_or(serde_json::Value::Null, |a| a.job.params.settings.clone());
+            }
             info.is_processing = s.active.is_some();
-            info.id_task = s.active.as_ref().map(|a| a.job.id);
+            info.id_task = id_task;
             info.n_past = s.state.n_past();
             info.n_decoded = s.active.as_ref().map_or(0, |a| a.generated.len());
-            info.settings = s.active.as_ref().map_or(serde_json::Value::Null, |a| a.job.params.settings.clone());
         }
     }
+}
+
+/// Whether the chain for `p` always ends with the largest logit when exactly one token has
+/// it: temperature ≤ 0 in the chain (which keeps the first largest candidate) and no stage
+/// that changes logits or may drop the top candidate (logit bias, penalties, DRY, typical,
+/// XTC, dynamic temperature, Mirostat, adaptive-p). top-k, top-p, min-p and top-n-sigma
+/// always keep it. Then sampling is one scan for the maximum instead of the whole chain
+/// (sorting up to a vocabulary of candidates), with the same token.
+pub fn picks_argmax(p: &SamplerParams) -> bool {
+    use models::sampling::SamplerType as T;
+    let has = |t: T| p.samplers.contains(&t);
+    p.temp <= 0.0
+        && has(T::Temperature)
+        && p.dynatemp_range <= 0.0
+        && p.mirostat == 0
+        && p.logit_bias.is_empty()
+        && !has(T::AdaptiveP)
+        && (!has(T::Penalties)
+            || p.repeat_last_n == 0
+            || (p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0))
+        && (!has(T::Dry) || p.dry_multiplier == 0.0)
+        && (!has(T::TypicalP) || p.typical_p >= 1.0)
+        && (!has(T::Xtc) || p.xtc_probability <= 0.0)
+}
+
+/// The index of the largest logit when no other token has it (`None` on a tie, when all
+/// are -inf, or when any is NaN: then the chain decides). Written as lane-wise passes the
+/// compiler vectorizes: a scan of a 152k vocabulary costs microseconds.
+fn unique_argmax(logits: &[f32]) -> Option<u32> {
+    const L: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    let mut nan = false;
+    let chunks = logits.chunks_exact(L);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..L {
+            nan |= c[j].is_nan();
+            lanes[j] = if c[j] > lanes[j] { c[j] } else { lanes[j] };
+        }
+    }
+    let mut best = f32::NEG_INFINITY;
+    for &x in lanes.iter().chain(rest) {
+        nan |= x.is_nan();
+        best = if x > best { x } else { best };
+    }
+    if nan || best == f32::NEG_INFINITY || logits.iter().filter(|&&x| x == best).count() != 1 {
+        return None;
+    }
+    logits.iter().position(|&x| x == best).map(|i| i as u32)
 }
 
 /// Log-softmax of `logits`: the chosen token's log-probability and the `n` most likely.
@@ -776,5 +1002,63 @@ impl models::sampling::SamplerVocab for Pieces<'_> {
     }
     fn tokenize(&self, text: &[u8]) -> Vec<u32> {
         self.0.encode_bytes(text, false, false).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reuse_plan;
+
+    #[test]
+    fn the_argmax_shortcut_picks_what_the_chain_picks() {
+        use models::{Sampler, SamplerParams};
+        let greedy = SamplerParams { temp: 0.0, seed: 3, ..Default::default() };
+        assert!(super::picks_argmax(&greedy));
+        let mut chain = Sampler::new(greedy.clone());
+        let mut x: u64 = 12345;
+        for step in 0..200 {
+            let logits: Vec<f32> = (0..500)
+                .map(|_| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((x >> 33) % 2000) as f32 / 100.0 - 10.0
+                })
+                .collect();
+            match super::unique_argmax(&logits) {
+                Some(id) => assert_eq!(chain.sample(&logits), id, "step {step}"),
+                None => assert!(
+                    logits.iter().filter(|&&l| l == logits.iter().copied().fold(f32::MIN, f32::max)).count() > 1
+                ),
+            }
+        }
+        assert_eq!(super::unique_argmax(&[1.0, 3.0, 3.0]), None);
+        assert_eq!(super::unique_argmax(&[f32::NEG_INFINITY; 3]), None);
+        assert_eq!(super::unique_argmax(&[1.0, f32::NAN, 0.0]), None);
+        assert_eq!(super::unique_argmax(&[f32::NEG_INFINITY, -1.0, f32::NEG_INFINITY]), Some(1));
+        for p in [
+            SamplerParams { temp: 0.7, ..greedy.clone() },
+            SamplerParams { repeat_penalty: 1.1, ..greedy.clone() },
+            SamplerParams { logit_bias: vec![(1, 2.0)], ..greedy.clone() },
+            SamplerParams { xtc_probability: 0.5, ..greedy.clone() },
+            SamplerParams { typical_p: 0.5, ..greedy.clone() },
+            SamplerParams { mirostat: 2, ..greedy.clone() },
+            SamplerParams { dry_multiplier: 0.8, ..greedy.clone() },
+            SamplerParams { dynatemp_range: 0.5, ..greedy.clone() },
+        ] {
+            assert!(!super::picks_argmax(&p), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn reuse_plan_follows_llama_server() {
+        let cached = [1, 2, 3, 9, 9, 4, 5, 6, 7, 8, 0];
+        // prefix 1 2 3, then 4 5 6 7 moved up to follow it
+        assert_eq!(reuse_plan(&cached, &[1, 2, 3, 4, 5, 6, 7, 11], 3), (3, vec![(5, 4)]));
+        // a run shorter than the minimum is skipped
+        assert_eq!(reuse_plan(&cached, &[1, 2, 3, 4, 5, 6, 7, 11], 5), (3, vec![]));
+        // two chunks, in cache order
+        assert_eq!(reuse_plan(&[1, 7, 7, 2, 3, 8, 4, 5], &[1, 2, 3, 4, 5], 2), (1, vec![(3, 2), (6, 2)]));
+        // off
+        assert_eq!(reuse_plan(&cached, &[1, 2, 3, 4, 5, 6, 7], 0), (3, vec![]));
+        assert_eq!(reuse_plan(&[], &[1, 2], 1), (0, vec![]));
     }
 }

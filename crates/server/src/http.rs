@@ -69,6 +69,12 @@ pub struct Config {
     pub queue_size: usize,
     /// Largest request body in bytes (413 beyond).
     pub max_body: usize,
+    /// Smallest cached chunk reused by KV shifting (`--cache-reuse`; 0 = off): the default
+    /// of a request's `n_cache_reuse`.
+    pub cache_reuse: usize,
+    /// One KV cell pool of `n_ctx` shared by all slots (`-kvu`): each slot may use the whole
+    /// context (capped at the training context), all together at most `n_ctx`.
+    pub kv_unified: bool,
     /// Print the bound address as `listening on http://ADDR` on stdout once ready to accept.
     pub announce: bool,
 }
@@ -96,6 +102,8 @@ impl Default for Config {
             timeout_s: 600,
             queue_size: 64,
             max_body: 32 << 20,
+            cache_reuse: 0,
+            kv_unified: false,
             announce: true,
         }
     }
@@ -113,6 +121,9 @@ pub enum GrammarRequest {
     JsonSchema(Value),
     /// Any JSON object (`response_format: {"type": "json_object"}`).
     JsonObject,
+    /// An llguidance Lark grammar (start rule `start`): what `tool_choice` "required" or
+    /// a named function forces (see [`tool_call_grammar`]).
+    Lark(String),
 }
 
 struct Ready {
@@ -168,7 +179,12 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     };
     let n_parallel = cfg.n_parallel.max(1);
     let n_ctx_total = if cfg.n_ctx == 0 { model.n_ctx_train() } else { cfg.n_ctx };
-    let n_ctx_slot = (n_ctx_total / n_parallel).max(1);
+    let n_ctx_slot = if cfg.kv_unified {
+        let train = model.n_ctx_train();
+        if train > 0 { n_ctx_total.min(train) } else { n_ctx_total }.max(1)
+    } else {
+        (n_ctx_total / n_parallel).max(1)
+    };
     let opts = EngineOptions {
         n_parallel,
         n_ctx_slot,
@@ -178,6 +194,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         cache_type_k: CacheType::parse(&cfg.cache_type_k)?,
         cache_type_v: CacheType::parse(&cfg.cache_type_v)?,
         queue_size: cfg.queue_size,
+        kv_unified: cfg.kv_unified.then_some(n_ctx_total.max(1)),
     };
     let model_id = cfg.alias.clone().unwrap_or_else(|| {
         cfg.model.file_name().map_or_else(|| cfg.model.display().to_string(), |n| n.to_string_lossy().into_owned())
@@ -190,7 +207,11 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         )));
     }
     eprintln!("model: {}", model.describe());
-    eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
+    if cfg.kv_unified {
+        eprintln!("slots: {n_parallel} × up to {n_ctx_slot} tokens of context, {n_ctx_total} cells shared (unified)");
+    } else {
+        eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
+    }
     let engine = Engine::start(model, tok.clone(), &opts)?;
     Ok(Ready { vocab: OnceLock::new(), engine, bos, eos, tok, template, model_id, n_vocab, n_ctx_train, constraints })
 }
@@ -646,26 +667,96 @@ fn tools_of(m: &Map<String, Value>) -> Option<&Value> {
     m.get("tools").filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
 }
 
+/// The grammar `tool_choice` asks for on the chat endpoint: `None` for "auto" (the default)
+/// and "none"; for "required" one call (or, with `parallel_tool_calls: true`, one or more)
+/// of any offered tool, for `{"type": "function", "function": {"name": N}}` of tool N
+/// only, written as the Hermes / Qwen2.5 templates ask (`<tool_call>\n{"name": ..,
+/// "arguments": {..}}\n</tool_call>`), the arguments following the tool's `parameters`
+/// schema. llama-server's default for `parallel_tool_calls` is false; so is ours.
+pub fn tool_call_grammar(m: &Map<String, Value>) -> Result<Option<String>, Error> {
+    let Some(tools) = tools_of(m).and_then(Value::as_array) else { return Ok(None) };
+    let bad_choice = |v: &Value| {
+        Error::Invalid(format!(
+            "\"tool_choice\" must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {v}"
+        ))
+    };
+    let only = match m.get("tool_choice") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(c)) if c == "auto" || c == "none" => return Ok(None),
+        Some(Value::String(c)) if c == "required" => None,
+        Some(v @ Value::Object(o)) => match o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
+            Some(n) if o.get("type").and_then(Value::as_str).is_none_or(|t| t == "function") => Some(n),
+            _ => return Err(bad_choice(v)),
+        },
+        Some(v) => return Err(bad_choice(v)),
+    };
+    let parallel = match m.get("parallel_tool_calls") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(Error::Invalid(format!("\"parallel_tool_calls\" must be a boolean, got {v}"))),
+    };
+    let mut alternatives = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let f = t.get("function").unwrap_or(t);
+        let Some(name) = f.get("name").and_then(Value::as_str) else {
+            return Err(Error::Invalid(format!("\"tools[{i}].function.name\" must be a string")));
+        };
+        if only.is_some_and(|n| n != name) {
+            continue;
+        }
+        let params = match f.get("parameters") {
+            None | Some(Value::Null) => json!({"type": "object"}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(p) => {
+                return Err(Error::Invalid(format!("\"tools[{i}].function.parameters\" must be an object, got {p}")))
+            }
+        };
+        alternatives.push(json!({
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": params},
+            "required": ["name", "arguments"],
+            "additionalProperties": false,
+        }));
+    }
+    if alternatives.is_empty() {
+        let n = only.unwrap_or_default();
+        return Err(Error::Invalid(format!("\"tool_choice\" names the function \"{n}\", which is not in \"tools\"")));
+    }
+    let schema = api::bounded_json_whitespace(json!({"anyOf": alternatives}));
+    let start = if parallel { "call (\"\\n\" call)*" } else { "call" };
+    Ok(Some(format!(
+        "%llguidance {{}}\nstart: {start}\ncall: \"<tool_call>\\n\" body \"\\n</tool_call>\"\nbody: %json {schema}\n"
+    )))
+}
+
 /// Tool calls in the Hermes / Qwen2.5 format (`<tool_call>{"name", "arguments"}</tool_call>`,
 /// what those chat templates ask for): the text outside them and OpenAI `tool_calls`.
 /// A reply that is nothing but such a JSON object naming one of `tools` counts too (small
 /// Qwen2.5 models often drop the tags; Llama 3.1 templates ask for exactly that, with
-/// `parameters`). `None` when the text holds no well-formed call.
+/// `parameters`). Mistral's `[TOOL_CALLS]` is parsed too: a JSON list of calls after it
+/// (`[TOOL_CALLS][{"name", "arguments", "id"?}, ...]`, Mistral Nemo / Small 3) or, in the
+/// newer templates, `[TOOL_CALLS]name[ARGS]{...}` once per call. `None` when the text
+/// holds no well-formed call.
 pub fn parse_tool_calls(text: &str, tools: &[String]) -> Option<(String, Vec<Value>)> {
     let call = |v: &Value| -> Option<Value> {
         let name = v.get("name")?.as_str()?.to_string();
-        // `arguments` (Hermes, Qwen) or `parameters` (Llama 3.1's JSON tool calls)
+        // `arguments` (Hermes, Qwen, Mistral) or `parameters` (Llama 3.1's JSON tool calls)
         let args = match v.get("arguments").or_else(|| v.get("parameters")) {
             Some(Value::String(s)) => s.clone(),
             Some(a) => a.to_string(),
             None => "{}".to_string(),
         };
+        // Mistral's calls carry their own (9-character) ids
+        let id = v.get("id").and_then(Value::as_str).map_or_else(|| api::random_id("call_"), str::to_string);
         Some(json!({
             "type": "function",
-            "id": api::random_id("call_"),
+            "id": id,
             "function": {"name": name, "arguments": args},
         }))
     };
+    if let Some(at) = text.find("[TOOL_CALLS]") {
+        return mistral_tool_calls(&text[..at], &text[at..], &call);
+    }
     if !text.contains("<tool_call>") {
         let v: Value = serde_json::from_str(text.trim()).ok()?;
         let named = v.get("name").and_then(Value::as_str).is_some_and(|n| tools.iter().any(|t| t == n));
@@ -686,6 +777,36 @@ pub fn parse_tool_calls(text: &str, tools: &[String]) -> Option<(String, Vec<Val
         rest = tail;
     }
     content.push_str(rest);
+    (!calls.is_empty()).then(|| (content.trim().to_string(), calls))
+}
+
+/// The calls in `rest` (which starts with `[TOOL_CALLS]`), `content` the text before.
+fn mistral_tool_calls(
+    content: &str,
+    mut rest: &str,
+    call: &dyn Fn(&Value) -> Option<Value>,
+) -> Option<(String, Vec<Value>)> {
+    const MARK: &str = "[TOOL_CALLS]";
+    let mut calls = Vec::new();
+    while let Some(after) = rest.strip_prefix(MARK) {
+        let after = after.trim_start();
+        if after.starts_with('[') {
+            // a JSON list of call objects, maybe followed by more text
+            let mut it = serde_json::Deserializer::from_str(after).into_iter::<Vec<Value>>();
+            let list = it.next()?.ok()?;
+            for v in &list {
+                calls.push(call(v)?);
+            }
+            rest = after[it.byte_offset()..].trim_start();
+        } else {
+            // name[ARGS]{json}
+            let (name, args) = after.split_once("[ARGS]")?;
+            let mut it = serde_json::Deserializer::from_str(args).into_iter::<Value>();
+            let a = it.next()?.ok()?;
+            calls.push(call(&json!({"name": name.trim(), "arguments": a}))?);
+            rest = args[it.byte_offset()..].trim_start();
+        }
+    }
     (!calls.is_empty()).then(|| (content.trim().to_string(), calls))
 }
 
@@ -856,6 +977,7 @@ fn builtin_constraint(r: &Ready, g: &GrammarRequest) -> Result<Box<dyn Constrain
         GrammarRequest::Gbnf(src) => grammar::Spec::Gbnf(src.clone()),
         GrammarRequest::JsonSchema(v) => grammar::Spec::JsonSchema(bounded(v.clone())),
         GrammarRequest::JsonObject => grammar::Spec::JsonSchema(bounded(json!({"type": "object"}))),
+        GrammarRequest::Lark(src) => grammar::Spec::Lark(src.clone()),
     };
     let c = grammar::Constraint::new(&vocab, &spec).map_err(|e| Error::Invalid(e.to_string()))?;
     Ok(Box::new(Grammar(c)))
@@ -1040,7 +1162,15 @@ fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Res
         Some(v) => return Err(Error::Invalid(format!("\"stream_options\" must be an object, got {v}"))),
         None => false,
     };
-    let constraint = match grammar_request(&b)? {
+    let tool_grammar = if kind == Kind::Chat { tool_call_grammar(m)? } else { None };
+    let request = match (grammar_request(&b)?, tool_grammar) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Invalid("Cannot use custom grammar constraints with tools.".into()));
+        }
+        (g, None) => g,
+        (None, Some(lark)) => Some(GrammarRequest::Lark(lark)),
+    };
+    let constraint = match request {
         None => None,
         Some(g) => match &r.constraints {
             Some(make) => Some(make(&g)?),
@@ -1092,6 +1222,7 @@ fn parse_params(app: &App, r: &Ready, kind: Kind, m: &Map<String, Value>) -> Res
             n_probs,
             ignore_eos: b.bool("ignore_eos")?.unwrap_or(false),
             cache_prompt: b.bool("cache_prompt")?.unwrap_or(true),
+            n_cache_reuse: b.usize("n_cache_reuse")?.unwrap_or(app.cfg.cache_reuse),
             constraint,
             deadline: (timeout > 0).then(|| Instant::now() + Duration::from_secs(timeout)),
             id_slot,
@@ -1493,5 +1624,79 @@ mod tests {
         let llama = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}";
         let c = &parse_tool_calls(llama, &names).unwrap().1[0];
         assert_eq!(c["function"]["arguments"], "{\"city\":\"Oslo\"}");
+    }
+
+    #[test]
+    fn mistral_tool_calls_parse() {
+        let names = vec!["get_weather".to_string()];
+        // Mistral Nemo / Small 3: a JSON list after the marker, ids kept
+        let t = "Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abc123XYZ\"}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]";
+        let (content, calls) = parse_tool_calls(t, &names).unwrap();
+        assert_eq!(content, "Sure.");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0]["id"], "abc123XYZ");
+        assert_eq!(calls[1]["function"]["arguments"], "{\"city\":\"Rome\"}");
+        assert!(calls[1]["id"].as_str().unwrap().starts_with("call_"));
+        // the newer templates: name[ARGS]{...} per call
+        let t = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Bergen\"}";
+        let (content, calls) = parse_tool_calls(t, &names).unwrap();
+        assert_eq!(content, "");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        assert_eq!(calls[1]["function"]["arguments"], "{\"city\":\"Bergen\"}");
+        // malformed: no call
+        assert!(parse_tool_calls("[TOOL_CALLS][{\"name\": ", &names).is_none());
+        assert!(parse_tool_calls("[TOOL_CALLS]get_weather{}", &names).is_none());
+        assert!(parse_tool_calls("[TOOL_CALLS]", &names).is_none());
+    }
+
+    #[test]
+    fn tool_choice_grammars_compile_and_force_a_call() {
+        use std::sync::Arc;
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+            {"type": "function", "function": {"name": "get_time"}},
+        ]);
+        let body = |choice: Value, parallel: bool| {
+            let v = json!({"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel});
+            v.as_object().unwrap().clone()
+        };
+        assert_eq!(tool_call_grammar(&body(json!("auto"), false)).unwrap(), None);
+        assert_eq!(tool_call_grammar(&body(json!("none"), false)).unwrap(), None);
+        assert!(tool_call_grammar(&body(json!("always"), false)).is_err());
+        assert!(tool_call_grammar(&body(json!({"type": "function", "function": {"name": "x"}}), false)).is_err());
+        // a byte vocabulary, end-of-generation token 256
+        let mut bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        bytes.push(b"</s>".to_vec());
+        let mut special = vec![false; 256];
+        special.push(true);
+        let vocab = Arc::new(grammar::Vocab::new(bytes, special, vec![256]).unwrap());
+        let accepts = |lark: &str, text: &str| -> bool {
+            let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::Lark(lark.to_string())).unwrap();
+            for &b in text.as_bytes() {
+                if !c.is_allowed(b as u32).unwrap() {
+                    return false;
+                }
+                c.accept(b as u32).unwrap();
+            }
+            c.can_end().unwrap()
+        };
+        let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let other = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+        let required = tool_call_grammar(&body(json!("required"), false)).unwrap().unwrap();
+        assert!(accepts(&required, one));
+        assert!(accepts(&required, other));
+        assert!(!accepts(&required, "Hello"), "prose is not a call");
+        assert!(!accepts(&required, &one.replace("get_weather", "get_wether")), "an unknown tool");
+        assert!(!accepts(&required, &one.replace("\"city\"", "\"town\"")), "arguments outside the schema");
+        assert!(!accepts(&required, &format!("{one}\n{other}")), "one call unless parallel");
+        let parallel = tool_call_grammar(&body(json!("required"), true)).unwrap().unwrap();
+        assert!(accepts(&parallel, &format!("{one}\n{other}")));
+        let named = tool_call_grammar(&body(json!({"type": "function", "function": {"name": "get_time"}}), false))
+            .unwrap()
+            .unwrap();
+        assert!(accepts(&named, other));
+        assert!(!accepts(&named, one), "only the named function");
     }
 }

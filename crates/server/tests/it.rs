@@ -593,3 +593,126 @@ fn sampling_fields_shape_the_chain() {
         assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     }
 }
+
+#[test]
+fn cache_reuse_shifts_a_chunk_that_moved_up_in_the_prompt() {
+    let timings = |v: &Value| (v["timings"]["cache_n"].as_u64().unwrap(), v["timings"]["prompt_n"].as_u64().unwrap());
+    let n_tokens = |s: &Srv, text: &str| {
+        s.post("/tokenize", &json!({"content": text})).1["tokens"].as_array().unwrap().len() as u64
+    };
+    let head = "You are a helpful assistant. ";
+    let dropped = "Earlier turns of the conversation went here. ";
+    let kept = "The question that stays in the prompt is this one, and it is long enough. ";
+    let first = format!("{head}{dropped}{kept}");
+    let second = format!("{head}{kept}And one more line.");
+    for reuse in [0usize, 8] {
+        let s = start(|c| {
+            c.n_parallel = 1;
+            c.cache_reuse = reuse;
+        });
+        let (code, a) = s.post("/completion", &greedy(&first, 4));
+        assert_eq!(code, 200, "{a}");
+        assert_eq!(timings(&a).0, 0);
+        let (code, b) = s.post("/completion", &greedy(&second, 4));
+        assert_eq!(code, 200, "{b}");
+        let (cache_n, prompt_n) = timings(&b);
+        assert_eq!(cache_n + prompt_n, n_tokens(&s, &second));
+        if reuse == 0 {
+            // prefix reuse in whole -ub (512) chunks: nothing of a short prompt
+            assert_eq!(cache_n, 0);
+        } else {
+            // the common prefix (BOS + head) and the shifted chunk (kept)
+            let want = n_tokens(&s, &format!("{head}{kept}"));
+            assert_eq!(cache_n, want, "{b}");
+            assert_eq!(b["tokens_predicted"], 4);
+            assert_eq!(s.metric("prompt_tokens_cached_total"), want as f64);
+            // per request: n_cache_reuse 0 turns it off
+            let mut body = greedy(&first, 4);
+            body["n_cache_reuse"] = json!(0);
+            assert_eq!(timings(&s.post("/completion", &body).1).0, 0);
+        }
+    }
+}
+
+#[test]
+fn tool_choice_required_forces_a_call_of_an_offered_tool() {
+    let s = start(|c| c.n_parallel = 1);
+    let tool = |name: &str, cities: &[&str]| {
+        json!({"type": "function", "function": {"name": name, "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": cities}},
+            "required": ["city"],
+            "additionalProperties": false,
+        }}})
+    };
+    let tools = json!([tool("get_weather", &["Paris", "Rome"]), tool("get_time", &["Oslo"])]);
+    let ask = |choice: Value, parallel: bool| {
+        s.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "weather?"}], "tools": tools, "tool_choice": choice,
+                    "parallel_tool_calls": parallel, "max_tokens": 600, "temperature": 0}),
+        )
+    };
+    for (choice, names) in [
+        (json!("required"), vec!["get_weather", "get_time"]),
+        (json!({"type": "function", "function": {"name": "get_time"}}), vec!["get_time"]),
+    ] {
+        let (code, r) = ask(choice.clone(), false);
+        assert_eq!(code, 200, "{r}");
+        let c = &r["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{choice}: {r}");
+        let calls = c["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{r}");
+        let name = calls[0]["function"]["name"].as_str().unwrap();
+        assert!(names.contains(&name), "{choice}: called {name}");
+        let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        let city = args["city"].as_str().unwrap();
+        let allowed = if name == "get_time" { vec!["Oslo"] } else { vec!["Paris", "Rome"] };
+        assert!(allowed.contains(&city), "{name}({city})");
+    }
+    let (code, r) = ask(json!({"type": "function", "function": {"name": "nope"}}), false);
+    assert_eq!(code, 400, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("nope"), "{r}");
+    let (code, r) = ask(json!("sometimes"), false);
+    assert_eq!(code, 400, "{r}");
+    let (code, r) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools, "tool_choice": "required",
+                "response_format": {"type": "json_object"}}),
+    );
+    assert_eq!(code, 400, "{r}");
+}
+
+#[test]
+fn a_unified_kv_cache_lets_one_slot_use_the_whole_context() {
+    let slots = |s: &Srv| -> Vec<Value> { serde_json::from_str(&s.get("/slots").1).unwrap() };
+    // 40 bytes (+ BOS) of prompt: more than a slot's share of 64 cells over 2 slots
+    let long = "0123456789".repeat(4);
+    let split = start(|c| {
+        c.n_parallel = 2;
+        c.n_ctx = 64;
+    });
+    assert_eq!(slots(&split)[0]["n_ctx"], 32);
+    assert_eq!(split.post("/completion", &greedy(&long, 4)).0, 400);
+
+    let s = start(|c| {
+        c.n_parallel = 2;
+        c.n_ctx = 64;
+        c.kv_unified = true;
+    });
+    assert_eq!(slots(&s)[0]["n_ctx"], 64);
+    let (code, a) = s.post("/completion", &greedy(&long, 8));
+    assert_eq!(code, 200, "{a}");
+    let first = a["id_slot"].as_u64().unwrap() as usize;
+    assert!(slots(&s)[first]["n_past"].as_u64().unwrap() >= 41);
+    // a different prompt goes to the other slot; the idle one's cells make room for it
+    let other = "abcdefghij".repeat(3);
+    let mut body = greedy(&other, 8);
+    body["id_slot"] = json!(1 - first);
+    let (code, b) = s.post("/completion", &body);
+    assert_eq!(code, 200, "{b}");
+    assert_eq!(b["tokens_predicted"], 8);
+    let after = slots(&s);
+    assert_eq!(after[first]["n_past"], 0, "the idle slot was purged: {after:?}");
+    assert!(after[1 - first]["n_past"].as_u64().unwrap() >= 31);
+}
