@@ -6,10 +6,58 @@
 //! name can never be followed or clobbered; it is removed when the [`AtomicFile`] is
 //! dropped without [`AtomicFile::commit`] — on every error path and on unwinding. The
 //! target is checked up front: a directory is refused before any work is done.
+//!
+//! A process that must end without unwinding (a second Ctrl-C, a second SIGTERM) calls
+//! [`remove_pending`] first: every temporary not yet committed or dropped is removed.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The temporaries of every live, uncommitted [`AtomicFile`].
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn pending() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Removes the temporary of every [`AtomicFile`] still being written (neither committed
+/// nor dropped), for a process about to exit without running destructors
+/// (`std::process::exit` from a signal handler thread). Their targets are untouched.
+pub fn remove_pending() {
+    remove_pending_where(|_| true);
+}
+
+fn remove_pending_where(pick: impl Fn(&Path) -> bool) {
+    pending().retain(|p| {
+        if !pick(p) {
+            return true;
+        }
+        let _ = std::fs::remove_file(p);
+        false
+    });
+}
+
+/// Keeps a temporary's path in [`PENDING`] while its file is live.
+#[derive(Debug)]
+struct Registered(PathBuf);
+
+impl Registered {
+    fn new(p: &Path) -> Registered {
+        pending().push(p.to_path_buf());
+        Registered(p.to_path_buf())
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut v = pending();
+        if let Some(i) = v.iter().position(|p| *p == self.0) {
+            v.swap_remove(i);
+        }
+    }
+}
 
 use crate::{Error, Result};
 
@@ -18,6 +66,8 @@ use crate::{Error, Result};
 pub struct AtomicFile {
     tmp: tempfile::NamedTempFile,
     target: PathBuf,
+    // after `tmp` (fields drop in order): the path leaves the list once the file is gone
+    registered: Registered,
 }
 
 impl AtomicFile {
@@ -44,7 +94,8 @@ impl AtomicFile {
             b.permissions(std::fs::Permissions::from_mode(0o666));
         }
         let tmp = b.tempfile_in(&dir).map_err(io)?;
-        Ok(AtomicFile { tmp, target })
+        let registered = Registered::new(tmp.path());
+        Ok(AtomicFile { tmp, target, registered })
     }
 
     /// The temporary's path (for error messages).
@@ -64,10 +115,13 @@ impl AtomicFile {
 
     /// Syncs the temporary and renames it over the target.
     pub fn commit(self) -> Result<()> {
-        let AtomicFile { tmp, target } = self;
+        // bound in this order so that on an early return `tmp` (removed) drops first
+        let AtomicFile { registered, target, tmp } = self;
         tmp.as_file().sync_all().map_err(|source| Error::Io { path: tmp.path().to_path_buf(), source })?;
-        tmp.persist(&target).map_err(|e| Error::Io { path: target.clone(), source: e.error })?;
-        Ok(())
+        // a failed persist drops (removes) the temporary it hands back
+        let r = tmp.persist(&target).map(drop).map_err(|e| Error::Io { path: target.clone(), source: e.error });
+        drop(registered);
+        r
     }
 }
 
@@ -122,6 +176,27 @@ mod tests {
         }
         assert!(temps(d.path()).is_empty());
         assert_eq!(std::fs::read(&p).unwrap(), b"old");
+    }
+
+    #[test]
+    fn remove_pending_removes_only_live_uncommitted_temporaries() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b, c) = (d.path().join("a.bin"), d.path().join("b.bin"), d.path().join("c.bin"));
+        let mut fa = AtomicFile::create(&a).unwrap();
+        fa.write_all(b"a").unwrap();
+        let fb = AtomicFile::create(&b).unwrap();
+        write(&c, b"c").unwrap();
+        drop(fb);
+        let live = fa.temp_path().to_path_buf();
+        assert!(pending().contains(&live));
+        assert_eq!(temps(d.path()).len(), 1);
+        // only this test's directory: other tests' files are live in this process
+        remove_pending_where(|p| p.starts_with(d.path()));
+        assert!(temps(d.path()).is_empty() && !live.exists());
+        assert_eq!(std::fs::read(&c).unwrap(), b"c", "a committed file stays");
+        assert!(!a.exists() && !b.exists());
+        drop(fa);
+        assert!(!pending().iter().any(|p| p.starts_with(d.path())));
     }
 
     #[test]
