@@ -114,6 +114,8 @@ const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
     // llama-bench's (accepted by `gguf bench` as lists, with a note where they do nothing here)
     ("-oe", "--output-err"),
     ("-nkvo", "--no-kv-offload"),
+    ("-kvu", "--kv-unified"),
+    ("-no-kvu", "--no-kv-unified"),
     ("-sm", "--split-mode"),
     ("-mg", "--main-gpu"),
     ("-ts", "--tensor-split"),

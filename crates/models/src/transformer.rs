@@ -660,6 +660,49 @@ struct Rows {
     n: usize,
 }
 
+impl Rows {
+    /// Gives each part its first row (`row0`) and first position (`p0`): single-token
+    /// parts first, then the others in order.
+    fn lay_out(parts: &mut [Part<'_>]) -> Rows {
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_by_key(|&i| parts[i].tokens.len() > 1);
+        let mut rows = Rows { n_single: 0, multi: Vec::new(), n: 0 };
+        for &i in &order {
+            let n = parts[i].tokens.len();
+            parts[i].row0 = rows.n;
+            parts[i].p0 = parts[i].st.n_past;
+            if n == 1 {
+                rows.n_single += 1;
+            } else {
+                rows.multi.push((rows.n, n));
+            }
+            rows.n += n;
+        }
+        rows
+    }
+}
+
+/// Scratch of one batch pass, reused by every layer.
+#[derive(Default)]
+struct Buffers {
+    /// The normed input of a block.
+    h: Vec<f32>,
+    /// Q (attention), the gate product (FFN).
+    q: Vec<f32>,
+    /// K (attention), the up product (FFN).
+    k: Vec<f32>,
+    /// V.
+    v: Vec<f32>,
+    /// Attention output before `wo`.
+    o: Vec<f32>,
+    /// A block's output before the residual add.
+    a: Vec<f32>,
+    /// One row, for in-place norms.
+    tmp: Vec<f32>,
+    /// Rope's cos/sin cache of one position.
+    rc: Vec<f32>,
+}
+
 /// The part of a batch pass one sequence contributes.
 struct Part<'s> {
     st: &'s mut TransformerState,
@@ -795,30 +838,28 @@ impl Transformer {
 
     /// One pass over the weights for every part (each at most one ubatch of its own
     /// sequence); returns each part's logits.
+    /// One forward pass over every part of a batch: [`Rows::lay_out`], [`Self::embed`],
+    /// then per layer [`Self::attention_block`] and [`Self::ffn_block`] (each adds its
+    /// output to the residual stream `x`), then [`Self::output_head`].
     fn run_batch(&self, pool: &Pool, parts: &mut [Part<'_>]) -> Result<Vec<Vec<f32>>> {
-        let hp = &self.hp;
-        let e = hp.n_embd;
-        // Row layout: single-token parts first.
-        let mut order: Vec<usize> = (0..parts.len()).collect();
-        order.sort_by_key(|&i| parts[i].tokens.len() > 1);
-        let mut row = 0;
-        let mut rows = Rows { n_single: 0, multi: Vec::new(), n: 0 };
-        for &i in &order {
-            let n = parts[i].tokens.len();
-            parts[i].row0 = row;
-            parts[i].p0 = parts[i].st.n_past;
-            if n == 1 {
-                rows.n_single += 1;
-            } else {
-                rows.multi.push((row, n));
-            }
-            row += n;
-        }
-        rows.n = row;
-        let n_rows = row;
+        let rows = Rows::lay_out(parts);
         let observer = parts.first().and_then(|p| p.st.observer.clone());
         let cx = Ctx { pool, observer: observer.as_ref() };
-        // Embeddings.
+        let mut x = self.embed(parts, rows.n)?;
+        let mut b = Buffers::default();
+        for (il, layer) in self.layers.iter().enumerate() {
+            self.attention_block(&cx, il, layer, &mut x, parts, &rows, &mut b)?;
+            self.ffn_block(&cx, il, layer, &mut x, parts, &rows, &mut b)?;
+        }
+        for p in parts.iter_mut() {
+            p.st.n_past += p.tokens.len();
+        }
+        self.output_head(&cx, parts, &x, &mut b)
+    }
+
+    /// The token embeddings of every row (ggml's `get_rows`), scaled when the spec says so.
+    fn embed(&self, parts: &[Part<'_>], n_rows: usize) -> Result<Vec<f32>> {
+        let e = self.hp.n_embd;
         let mut x = vec![0.0f32; n_rows * e];
         let emb = mat(&self.file, &self.tok_embd)?;
         for p in parts.iter() {
@@ -834,108 +875,138 @@ impl Transformer {
             ops::scale_inplace(&mut x, s);
         }
         dump("embd", &x);
+        Ok(x)
+    }
+
+    /// `x += post_norm(wo · attention(rope(norm(x)·wq), rope(norm(x)·wk), norm(x)·wv))`,
+    /// writing each row's K and V into its sequence's cache at its position.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_block(
+        &self,
+        cx: &Ctx<'_>,
+        il: usize,
+        layer: &Layer,
+        x: &mut [f32],
+        parts: &mut [Part<'_>],
+        rows: &Rows,
+        b: &mut Buffers,
+    ) -> Result<()> {
+        let hp = &self.hp;
         let (nh, nkv, hk, hv) = (hp.n_head, hp.n_head_kv, hp.head_k, hp.head_v);
-        let scale = self.spec.attn_scale.unwrap_or(1.0 / (hk as f32).sqrt());
-        let (mut h, mut q, mut k, mut v, mut o, mut a, mut tmp) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut rc = Vec::new();
-        for (il, layer) in self.layers.iter().enumerate() {
-            rms_rows(&x, &layer.attn_norm, hp.rms_eps, &mut h);
-            dump(&format!("attn_norm-{il}"), &h);
-            self.mm(&cx, &layer.wq, &h, &rows, &mut q)?;
-            self.mm(&cx, &layer.wk, &h, &rows, &mut k)?;
-            self.mm(&cx, &layer.wv, &h, &rows, &mut v)?;
-            add_bias(&mut q, &layer.bq);
-            add_bias(&mut k, &layer.bk);
-            add_bias(&mut v, &layer.bv);
-            dump(&format!("Qcur-{il}"), &q);
-            dump(&format!("Kcur-{il}"), &k);
-            dump(&format!("Vcur-{il}"), &v);
-            if let Some(w) = &layer.q_norm {
-                rms_rows_inplace(&mut q, w, hp.rms_eps, &mut tmp);
-            }
-            if let Some(w) = &layer.k_norm {
-                rms_rows_inplace(&mut k, w, hp.rms_eps, &mut tmp);
-            }
-            for p in parts.iter_mut() {
-                for t in 0..p.tokens.len() {
-                    let (r, pos) = (p.row0 + t, p.p0 + t);
-                    layer.rope.cache(pos, &mut rc);
-                    for hq in q[r * nh * hk..(r + 1) * nh * hk].chunks_exact_mut(hk) {
-                        layer.rope.apply(&rc, hq);
-                    }
-                    for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
-                        layer.rope.apply(&rc, hkv);
-                    }
-                    p.st.kv.k[il].write(pos, &k[r * nkv * hk..(r + 1) * nkv * hk]);
-                    p.st.kv.v[il].write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
-                }
-            }
-            let scale = if self.spec.scale_q {
-                ops::scale_inplace(&mut q, scale);
-                1.0
-            } else {
-                scale
-            };
-            dump(&format!("Qrope-{il}"), &q);
-            dump(&format!("Krope-{il}"), &k);
-            o.resize(n_rows * nh * hv, 0.0);
-            let seqs: Vec<(&KvCache, usize, usize, usize)> =
-                parts.iter().map(|p| (&p.st.kv, p.row0, p.tokens.len(), p.p0)).collect();
-            self.attention(pool, il, &seqs, &q, scale, &mut o);
-            dump(&format!("kqv_out-{il}"), &o);
-            self.mm(&cx, &layer.wo, &o, &rows, &mut a)?;
-            add_bias(&mut a, &layer.bo);
-            if let Some(w) = &layer.post_attn_norm {
-                rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
-            }
-            ops::add_inplace(&mut x, &a);
-            dump(&format!("ffn_inp-{il}"), &x);
-            rms_rows(&x, &layer.ffn_norm, hp.rms_eps, &mut h);
-            dump(&format!("ffn_norm-{il}"), &h);
-            match &layer.ffn {
-                Ffn::Dense { gate, up, down, b_gate, b_up, b_down } => {
-                    self.mm(&cx, gate, &h, &rows, &mut q)?;
-                    self.mm(&cx, up, &h, &rows, &mut k)?;
-                    add_bias(&mut q, b_gate);
-                    add_bias(&mut k, b_up);
-                    dump(&format!("ffn_gate-{il}"), &q);
-                    dump(&format!("ffn_up-{il}"), &k);
-                    self.activate(&mut q, &k);
-                    dump(&format!("ffn_act-{il}"), &q);
-                    self.mm(&cx, down, &q, &rows, &mut a)?;
-                    add_bias(&mut a, b_down);
-                }
-                Ffn::Moe { router, gate, up, down } => {
-                    // Routing groups rows by expert: one product set per sequence, so a
-                    // sequence's experts never see another sequence's rows.
-                    a.resize(n_rows * e, 0.0);
-                    let mut part_out = Vec::new();
-                    for p in parts.iter() {
-                        let (r0, n) = (p.row0, p.tokens.len());
-                        let one = Rows {
-                            n_single: usize::from(n == 1),
-                            multi: if n == 1 { Vec::new() } else { vec![(0, n)] },
-                            n,
-                        };
-                        let hs = &h[r0 * e..(r0 + n) * e];
-                        self.moe(&cx, hs, &one, router, gate, up, down, &mut part_out)?;
-                        a[r0 * e..(r0 + n) * e].copy_from_slice(&part_out);
-                    }
-                }
-            }
-            dump(&format!("ffn_out-{il}"), &a);
-            if let Some(w) = &layer.post_ffn_norm {
-                rms_rows_inplace(&mut a, w, hp.rms_eps, &mut tmp);
-            }
-            ops::add_inplace(&mut x, &a);
-            dump(&format!("l_out-{il}"), &x);
+        let Buffers { h, q, k, v, o, a, tmp, rc } = b;
+        rms_rows(x, &layer.attn_norm, hp.rms_eps, h);
+        dump(&format!("attn_norm-{il}"), h);
+        self.mm(cx, &layer.wq, h, rows, q)?;
+        self.mm(cx, &layer.wk, h, rows, k)?;
+        self.mm(cx, &layer.wv, h, rows, v)?;
+        add_bias(q, &layer.bq);
+        add_bias(k, &layer.bk);
+        add_bias(v, &layer.bv);
+        dump(&format!("Qcur-{il}"), q);
+        dump(&format!("Kcur-{il}"), k);
+        dump(&format!("Vcur-{il}"), v);
+        if let Some(w) = &layer.q_norm {
+            rms_rows_inplace(q, w, hp.rms_eps, tmp);
+        }
+        if let Some(w) = &layer.k_norm {
+            rms_rows_inplace(k, w, hp.rms_eps, tmp);
         }
         for p in parts.iter_mut() {
-            p.st.n_past += p.tokens.len();
+            for t in 0..p.tokens.len() {
+                let (r, pos) = (p.row0 + t, p.p0 + t);
+                layer.rope.cache(pos, rc);
+                for hq in q[r * nh * hk..(r + 1) * nh * hk].chunks_exact_mut(hk) {
+                    layer.rope.apply(rc, hq);
+                }
+                for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
+                    layer.rope.apply(rc, hkv);
+                }
+                p.st.kv.k[il].write(pos, &k[r * nkv * hk..(r + 1) * nkv * hk]);
+                p.st.kv.v[il].write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
+            }
         }
-        // Output rows: each `Last` part's last row (one-token products), then each `All`
-        // part's rows (a product of their own).
+        let mut scale = self.spec.attn_scale.unwrap_or(1.0 / (hk as f32).sqrt());
+        if self.spec.scale_q {
+            ops::scale_inplace(q, scale);
+            scale = 1.0;
+        }
+        dump(&format!("Qrope-{il}"), q);
+        dump(&format!("Krope-{il}"), k);
+        o.resize(rows.n * nh * hv, 0.0);
+        let seqs: Vec<(&KvCache, usize, usize, usize)> =
+            parts.iter().map(|p| (&p.st.kv, p.row0, p.tokens.len(), p.p0)).collect();
+        self.attention(cx.pool, il, &seqs, q, scale, o);
+        dump(&format!("kqv_out-{il}"), o);
+        self.mm(cx, &layer.wo, o, rows, a)?;
+        add_bias(a, &layer.bo);
+        if let Some(w) = &layer.post_attn_norm {
+            rms_rows_inplace(a, w, hp.rms_eps, tmp);
+        }
+        ops::add_inplace(x, a);
+        dump(&format!("ffn_inp-{il}"), x);
+        Ok(())
+    }
+
+    /// `x += post_norm(ffn(norm(x)))`: the dense gated FFN, or the experts routed per
+    /// sequence (a sequence's experts never see another sequence's rows).
+    #[allow(clippy::too_many_arguments)]
+    fn ffn_block(
+        &self,
+        cx: &Ctx<'_>,
+        il: usize,
+        layer: &Layer,
+        x: &mut [f32],
+        parts: &[Part<'_>],
+        rows: &Rows,
+        b: &mut Buffers,
+    ) -> Result<()> {
+        let (hp, e) = (&self.hp, self.hp.n_embd);
+        let Buffers { h, q: gate_out, k: up_out, a, tmp, .. } = b;
+        rms_rows(x, &layer.ffn_norm, hp.rms_eps, h);
+        dump(&format!("ffn_norm-{il}"), h);
+        match &layer.ffn {
+            Ffn::Dense { gate, up, down, b_gate, b_up, b_down } => {
+                self.mm(cx, gate, h, rows, gate_out)?;
+                self.mm(cx, up, h, rows, up_out)?;
+                add_bias(gate_out, b_gate);
+                add_bias(up_out, b_up);
+                dump(&format!("ffn_gate-{il}"), gate_out);
+                dump(&format!("ffn_up-{il}"), up_out);
+                self.activate(gate_out, up_out);
+                dump(&format!("ffn_act-{il}"), gate_out);
+                self.mm(cx, down, gate_out, rows, a)?;
+                add_bias(a, b_down);
+            }
+            Ffn::Moe { router, gate, up, down } => {
+                a.resize(rows.n * e, 0.0);
+                let mut part_out = Vec::new();
+                for p in parts.iter() {
+                    let (r0, n) = (p.row0, p.tokens.len());
+                    let one = Rows {
+                        n_single: usize::from(n == 1),
+                        multi: if n == 1 { Vec::new() } else { vec![(0, n)] },
+                        n,
+                    };
+                    let hs = &h[r0 * e..(r0 + n) * e];
+                    self.moe(cx, hs, &one, router, gate, up, down, &mut part_out)?;
+                    a[r0 * e..(r0 + n) * e].copy_from_slice(&part_out);
+                }
+            }
+        }
+        dump(&format!("ffn_out-{il}"), a);
+        if let Some(w) = &layer.post_ffn_norm {
+            rms_rows_inplace(a, w, hp.rms_eps, tmp);
+        }
+        ops::add_inplace(x, a);
+        dump(&format!("l_out-{il}"), x);
+        Ok(())
+    }
+
+    /// The logits each part asked for: each `Last` part's last row (one-token products),
+    /// then each `All` part's rows (a product of their own), through the output norm, the
+    /// output matrix and the final soft-cap.
+    fn output_head(&self, cx: &Ctx<'_>, parts: &[Part<'_>], x: &[f32], b: &mut Buffers) -> Result<Vec<Vec<f32>>> {
+        let e = self.hp.n_embd;
         let mut sel = Vec::new();
         let mut out_rows = Rows { n_single: 0, multi: Vec::new(), n: 0 };
         let mut at = vec![(0usize, 0usize); parts.len()];
@@ -960,10 +1031,10 @@ impl Transformer {
         if out_rows.n == 0 {
             return Ok(parts.iter().map(|_| Vec::new()).collect());
         }
-        rms_rows_inplace(&mut sel, &self.output_norm, hp.rms_eps, &mut tmp);
+        rms_rows_inplace(&mut sel, &self.output_norm, self.hp.rms_eps, &mut b.tmp);
         dump("result_norm", &sel);
         let mut out = Vec::new();
-        self.mm(&cx, &self.output, &sel, &out_rows, &mut out)?;
+        self.mm(cx, &self.output, &sel, &out_rows, &mut out)?;
         dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
             for l in out.iter_mut() {

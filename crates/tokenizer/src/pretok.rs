@@ -47,13 +47,16 @@ impl PreFlags {
         force_bos: false,
         newline_words_whole: false,
     };
-    const fn no_clean(self) -> PreFlags {
+    /// `clean_spaces` off.
+    pub const fn no_clean(self) -> PreFlags {
         PreFlags { clean_spaces: false, ..self }
     }
-    const fn ignore_merges(self) -> PreFlags {
+    /// `ignore_merges` on.
+    pub const fn ignore_merges(self) -> PreFlags {
         PreFlags { ignore_merges: true, ..self }
     }
-    const fn add_bos(self) -> PreFlags {
+    /// `add_bos` on.
+    pub const fn add_bos(self) -> PreFlags {
         PreFlags { add_bos: true, ..self }
     }
 }

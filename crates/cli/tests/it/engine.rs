@@ -545,3 +545,26 @@ fn types_check_reports_every_registry() {
     let q4k = table.lines().find(|l| l.contains(" q4_K ")).unwrap();
     assert!(q4k.ends_with("scalar"), "{q4k}");
 }
+
+/// llama-server's `-kvu` / `-no-kvu` reach `gguf serve` as `--kv-unified` /
+/// `--no-kv-unified` (it then fails on the missing model, not on the flag); other
+/// commands name it as a llama.cpp flag they do not take.
+#[test]
+fn kvu_short_flags_map_for_serve() {
+    for flag in ["-kvu", "-no-kvu"] {
+        let o = gguf(&["serve", "-m", "/nonexistent/m.gguf", flag, "--port", "0"]);
+        assert_ne!(o.code, 0);
+        assert!(
+            o.stderr.contains("/nonexistent/m.gguf") && !o.stderr.contains("llama.cpp flag"),
+            "{flag}: {}",
+            o.stderr
+        );
+        let o = gguf(&["run", "-m", "/nonexistent/m.gguf", flag]);
+        assert_eq!(o.code, 2, "{flag}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(&format!("`{flag}` is a llama.cpp flag that `gguf run` does not support")),
+            "{}",
+            o.stderr
+        );
+    }
+}
