@@ -301,6 +301,8 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
     };
     let n_ctx = a.model.ctx_size.unwrap_or(512);
     ensure!(n_ctx >= 4, "imatrix needs --ctx-size of at least 4");
+    // SIGTERM / SIGHUP stop the run as Ctrl-C does (nothing is written).
+    let _stop = crate::quantize::StopOnTerm::install(&engine::INTERRUPTED);
     let mut stats = BTreeMap::new();
     let mut datasets = Vec::new();
     for f in &a.in_files {
@@ -404,6 +406,9 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
         datasets.push(file.to_string_lossy().into_owned());
     } else if a.in_files.is_empty() {
         bail!("nothing to do: give -f TEXT and/or --in-file IMATRIX");
+    }
+    if engine::INTERRUPTED.load(Ordering::Relaxed) {
+        bail!("interrupted; no imatrix written");
     }
     let stats = collector.stats.lock().unwrap();
     // llama-imatrix's m_last_chunk: the largest count in whole chunks.

@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, Once};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -113,8 +113,52 @@ fn parse_prune(s: &str) -> Result<Vec<i64>> {
     Ok(v)
 }
 
+/// Whether a [`StopOnTerm`] is live.
+static STOP_ON_TERM: AtomicBool = AtomicBool::new(false);
+
+/// While alive, SIGTERM and SIGHUP stop a command that writes files the way a first
+/// Ctrl-C does: the interrupt flag is set, the write stops at its next check and removes
+/// its temporaries, and the command fails with "interrupted". A second such signal, or
+/// one that arrives when no guard is alive, ends the process at once with 128 + the
+/// signal (the default action's code), after removing every temporary still being
+/// written ([`gguf_format::atomic::remove_pending`]).
+pub(crate) struct StopOnTerm(());
+
+impl StopOnTerm {
+    /// Starts watching (one thread for the process, started on the first call);
+    /// `flag` is the process's interrupt flag (the same one every call).
+    pub(crate) fn install(flag: &'static AtomicBool) -> StopOnTerm {
+        static START: Once = Once::new();
+        START.call_once(|| {
+            use signal_hook::consts::{SIGHUP, SIGTERM};
+            let watch = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP]).and_then(|mut signals| {
+                std::thread::Builder::new().name("stop-on-term".into()).spawn(move || {
+                    for sig in signals.forever() {
+                        if STOP_ON_TERM.load(Ordering::SeqCst) && !flag.swap(true, Ordering::SeqCst) {
+                            continue;
+                        }
+                        gguf_format::atomic::remove_pending();
+                        std::process::exit(128 + sig);
+                    }
+                })
+            });
+            if let Err(e) = watch {
+                eprintln!("warning: SIGTERM will not stop this command cleanly: {e}");
+            }
+        });
+        STOP_ON_TERM.store(true, Ordering::SeqCst);
+        StopOnTerm(())
+    }
+}
+
+impl Drop for StopOnTerm {
+    fn drop(&mut self) {
+        STOP_ON_TERM.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Runs `gguf quantize`.
-pub fn run(a: &QuantizeArgs, interrupted: &AtomicBool) -> Result<()> {
+pub fn run(a: &QuantizeArgs, interrupted: &'static AtomicBool) -> Result<()> {
     let input = PathBuf::from(&a.args[0]);
     let (recipe, shown, out, rest) = match recipe::resolve(&a.args[1]) {
         Some((r, shown)) => {
@@ -232,13 +276,20 @@ pub fn run(a: &QuantizeArgs, interrupted: &AtomicBool) -> Result<()> {
                 }
             }
         };
-        quantize::write(&file, &plan, &p, &out, interrupted, &on_progress)?;
+        let stop = StopOnTerm::install(interrupted);
+        let written = quantize::write(&file, &plan, &p, &out, interrupted, &on_progress);
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        if interrupted.load(Ordering::Relaxed) {
-            bail!("interrupted");
+        if written.is_ok() && interrupted.load(Ordering::SeqCst) {
+            // stopped as the last bytes went out: a failing exit code means no output
+            for t in &targets {
+                let _ = std::fs::remove_file(t);
+            }
+            bail!(quantize::Error::Interrupted);
         }
+        drop(stop);
+        written?;
     }
     let bpw = |b: u64| b as f64 * 8.0 / plan.n_elements.max(1) as f64;
     eprintln!("model size  = {:8.2} MiB ({:.2} BPW)", mib(plan.size_in()), bpw(plan.size_in()));

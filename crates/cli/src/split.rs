@@ -158,6 +158,9 @@ fn interrupted_err() -> io::Error {
     io::Error::new(io::ErrorKind::Interrupted, "interrupted")
 }
 
+/// Bytes written between two checks of the interrupt flag.
+const WRITE_CHUNK: usize = 16 << 20;
+
 /// Adds `t` (data from `model`) to `w`, streamed so that an interrupt stops the write.
 fn add_tensor<'a>(
     w: &mut GgufWriter<'a>,
@@ -167,10 +170,13 @@ fn add_tensor<'a>(
 ) -> Result<()> {
     let data = model.tensor_data(t).with_context(|| format!("reading tensor {:?}", t.name))?;
     let source = TensorSource::Stream(Box::new(move |out: &mut dyn Write| {
-        if interrupted.load(Ordering::Relaxed) {
-            return Err(interrupted_err());
+        for c in data.chunks(WRITE_CHUNK) {
+            if interrupted.load(Ordering::Relaxed) {
+                return Err(interrupted_err());
+            }
+            out.write_all(c)?;
         }
-        out.write_all(data)
+        Ok(())
     }));
     w.add_tensor_source(&t.name, &ggml_dims(&t.dims), t.type_id, data.len() as u64, source)?;
     Ok(())
@@ -234,8 +240,17 @@ pub fn write_set(files: Vec<(PathBuf, GgufWriter<'_>)>, mut progress: impl FnMut
     Ok(())
 }
 
+/// The error of a write that failed because the interrupt flag was set: said plainly
+/// (the temporaries are gone by then), not as the I/O error the writer saw.
+fn plain_interrupt(r: Result<()>, interrupted: &AtomicBool) -> Result<()> {
+    match r {
+        Err(_) if interrupted.load(Ordering::SeqCst) => bail!("interrupted; no output file written"),
+        r => r,
+    }
+}
+
 /// `gguf split`.
-pub fn split(a: &SplitArgs, interrupted: &AtomicBool) -> Result<()> {
+pub fn split(a: &SplitArgs, interrupted: &'static AtomicBool) -> Result<()> {
     let model = open_model(&a.input)?;
     let limit = match a.split_max_size {
         Some(b) => Limit::Bytes(b),
@@ -271,13 +286,16 @@ pub fn split(a: &SplitArgs, interrupted: &AtomicBool) -> Result<()> {
     let n = plan.len() as u32;
     let files: Vec<(PathBuf, GgufWriter)> =
         writers.into_iter().enumerate().map(|(i, w)| (split_path(&a.output_prefix, i as u32, n), w)).collect();
-    write_set(files, |p| println!("Writing file {} ... done", p.display()))?;
+    let stop = crate::quantize::StopOnTerm::install(interrupted);
+    let r = write_set(files, |p| println!("Writing file {} ... done", p.display()));
+    plain_interrupt(r, interrupted)?;
+    drop(stop);
     eprintln!("gguf split: {n} shards written with a total of {} tensors", sizes.len());
     Ok(())
 }
 
 /// `gguf merge`.
-pub fn merge(a: &MergeArgs, interrupted: &AtomicBool) -> Result<()> {
+pub fn merge(a: &MergeArgs, interrupted: &'static AtomicBool) -> Result<()> {
     if fs::symlink_metadata(&a.output).is_ok() {
         bail!("output file {} already exists", a.output.display());
     }
@@ -300,7 +318,10 @@ pub fn merge(a: &MergeArgs, interrupted: &AtomicBool) -> Result<()> {
         eprintln!("gguf merge: {n} shards with {} tensors checked (dry run)", model.tensors().len());
         return Ok(());
     }
-    w.write_to_path(&a.output).with_context(|| format!("writing {}", a.output.display()))?;
+    let stop = crate::quantize::StopOnTerm::install(interrupted);
+    let r = w.write_to_path(&a.output).with_context(|| format!("writing {}", a.output.display()));
+    plain_interrupt(r, interrupted)?;
+    drop(stop);
     eprintln!("gguf merge: {} merged from {n} shards with {} tensors", a.output.display(), model.tensors().len());
     Ok(())
 }

@@ -4,6 +4,7 @@ mod bench;
 mod chat;
 mod engine;
 mod hostile;
+mod interrupt;
 mod sampling;
 mod split;
 mod split_model;
