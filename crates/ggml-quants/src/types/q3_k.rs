@@ -10,7 +10,9 @@
 //! `ggml/src/ggml-common.h`.
 
 use crate::registry::{GgmlType, QuantizeRefFn, QuantizeRowsFn};
-use crate::util::{make_q3_quants, make_qx_quants, nearest_int, read_f16, write_f16};
+#[cfg(test)]
+use crate::util::make_q3_quants;
+use crate::util::{make_qx_quants, nearest_int, read_f16, write_f16, GROUP_MAX_EPS};
 use crate::QK_K;
 
 /// `block_q3_K`, 110 bytes per 256 weights (3.4375 bits per weight):
@@ -150,9 +152,25 @@ impl GgmlType for Q3K {
 
 inventory::submit! { <Q3K as GgmlType>::TRAITS }
 
+/// `nearest_int(t)` as an `f32`, clamped to `[-4, 3]`: the float form of the same
+/// `1.5·2^23` trick (`(2^23 + m) - 1.5·2^23 = m - 2^22` exactly, for every input), so
+/// that lanes of it vectorize. C's `MAX(-4, MIN(3, l))` on it is the integer clamp.
+#[inline(always)]
+fn nearest_q3(t: f32) -> f32 {
+    let val = t + 12582912.0f32;
+    let r = f32::from_bits((val.to_bits() & 0x007f_ffff) | 0x4b00_0000) - 12582912.0f32;
+    let r = if r < 3.0 { r } else { 3.0 };
+    if r > -4.0 {
+        r
+    } else {
+        -4.0
+    }
+}
+
 /// The tail both quantizers share once `scales` and `d` are stored: requantize each
 /// sub-block against its decoded scale (a zero scale keeps the search's codes), then
-/// split the codes into `hmask` and `qs`.
+/// split the codes into `hmask` and `qs`. Element-wise: each code is C's
+/// `MAX(-4, MIN(3, nearest_int(x/d))) + 4`.
 fn finish_block(x: &[f32], y: &mut BlockQ3K, l: &mut [i8; QK_K]) {
     let d_all = y.d();
     for j in 0..QK_K / 16 {
@@ -161,35 +179,125 @@ fn finish_block(x: &[f32], y: &mut BlockQ3K, l: &mut [i8; QK_K]) {
         if d == 0.0 {
             continue;
         }
+        let xs: &[f32; 16] = x[16 * j..16 * j + 16].try_into().expect("16 values");
+        let mut q = [0f32; 16];
         for ii in 0..16 {
-            let li = nearest_int(x[16 * j + ii] / d);
-            l[16 * j + ii] = ((-4).max(3.min(li)) + 4) as i8;
+            q[ii] = nearest_q3(xs[ii] / d) + 4.0;
+        }
+        for (o, v) in l[16 * j..16 * j + 16].iter_mut().zip(q) {
+            *o = v as i8;
         }
     }
 
-    y.hmask = [0; QK_K / 8];
-    // The high bit of the first 32 codes goes to bit 0, the next 32 to bit 1, etc.
-    let mut m = 0usize;
-    let mut hm = 1u8;
-    for lj in l.iter_mut() {
-        if *lj > 3 {
-            y.hmask[m] |= hm;
-            *lj -= 4;
-        }
-        m += 1;
-        if m == QK_K / 8 {
-            m = 0;
-            hm = hm.wrapping_shl(1);
+    // The high bit of codes 32k..32k+31 goes to bit k of hmask[0..32].
+    let mut hmask = [0u8; QK_K / 8];
+    for k in 0..QK_K / 32 {
+        let c = &mut l[32 * k..32 * k + 32];
+        for m in 0..32 {
+            let hi = (c[m] > 3) as u8;
+            hmask[m] |= hi << k;
+            c[m] -= 4 * hi as i8;
         }
     }
+    y.hmask = hmask;
     for j in (0..QK_K).step_by(128) {
         for i in 0..32 {
-            let v = l[j + i] as i32
-                | ((l[j + i + 32] as i32) << 2)
-                | ((l[j + i + 64] as i32) << 4)
-                | ((l[j + i + 96] as i32) << 6);
-            y.qs[j / 4 + i] = v as u8;
+            let v = l[j + i] as u8
+                | ((l[j + i + 32] as u8) << 2)
+                | ((l[j + i + 64] as u8) << 4)
+                | ((l[j + i + 96] as u8) << 6);
+            y.qs[j / 4 + i] = v;
         }
+    }
+}
+
+/// `make_q3_quants(16, 4, x, L, true)` (the Q3_K reference scale search, `util`'s
+/// general port) for one sub-block, bit for bit, with its refinement passes run four
+/// elements at a time.
+///
+/// In a pass, element `i`'s trial (`slx`, `sl2`, `new_l`, the accept test) depends on the
+/// elements before it only through `sumlx`/`suml2`, which change only when a trial is
+/// accepted. So the trials of four elements are computed side by side with the current
+/// sums, the first accepted one (in C's order) is taken, and the pass goes on right
+/// after it with the new sums; a trial computed with sums that have since changed is
+/// never used. Each lane does C's operations in C's order (`w*x[i]*l` is `(w·x)·l`,
+/// never fused), so codes and scale are the C's.
+fn make_q3_quants16(x: &[f32; 16], l: &mut [i8; 16]) -> f32 {
+    // The first element of the largest |x| (C's `if (ax > amax)`; NaN never wins).
+    let mut m = [0f32; 4];
+    for c in x.chunks_exact(4) {
+        for k in 0..4 {
+            let a = c[k].abs();
+            m[k] = if m[k] < a { a } else { m[k] };
+        }
+    }
+    let amax = m.iter().fold(0f32, |a, &v| if a < v { v } else { a });
+    if amax < GROUP_MAX_EPS {
+        *l = [0; 16];
+        return 0.0;
+    }
+    let max = x.iter().copied().find(|v| v.abs() == amax).expect("amax is one of the |x|");
+    let iscale = -4.0f32 / max;
+    let mut w = [0f32; 16];
+    let mut wx = [0f32; 16];
+    let mut lf = [0f32; 16];
+    for i in 0..16 {
+        w[i] = x[i] * x[i];
+        wx[i] = w[i] * x[i];
+        lf[i] = nearest_q3(iscale * x[i]);
+    }
+    let mut sumlx = 0f32;
+    let mut suml2 = 0f32;
+    for i in 0..16 {
+        sumlx += wx[i] * lf[i];
+        suml2 += w[i] * lf[i] * lf[i];
+    }
+    for _itry in 0..5 {
+        let mut n_changed = 0;
+        let mut i0 = 0;
+        while i0 < 16 {
+            let c = i0 / 4 * 4;
+            let lane = |a: &[f32; 16]| -> [f32; 4] { a[c..c + 4].try_into().expect("4 lanes") };
+            let (xc, wc, wxc, lc) = (lane(x), lane(&w), lane(&wx), lane(&lf));
+            let mut nl = [0f32; 4];
+            let mut slx2 = [0f32; 4];
+            let mut sl22 = [0f32; 4];
+            let mut ok = [false; 4];
+            for k in 0..4 {
+                // C: slx = sumlx - w*x[i]*L[i]; if (slx > 0) { sl2 = suml2 - w*L[i]*L[i];
+                // new_l = nearest_int(x[i]*sl2/slx), clamped; if (new_l != L[i]) {
+                // slx += w*x[i]*new_l; sl2 += w*new_l*new_l;
+                // accept if sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2 } }
+                let slx = sumlx - wxc[k] * lc[k];
+                let sl2 = suml2 - wc[k] * lc[k] * lc[k];
+                nl[k] = nearest_q3(xc[k] * sl2 / slx);
+                slx2[k] = slx + wxc[k] * nl[k];
+                sl22[k] = sl2 + wc[k] * nl[k] * nl[k];
+                ok[k] =
+                    slx > 0.0 && nl[k] != lc[k] && sl22[k] > 0.0 && slx2[k] * slx2[k] * suml2 > sumlx * sumlx * sl22[k];
+            }
+            match (i0 - c..4).find(|&k| ok[k]) {
+                Some(k) => {
+                    lf[c + k] = nl[k];
+                    sumlx = slx2[k];
+                    suml2 = sl22[k];
+                    n_changed += 1;
+                    i0 = c + k + 1;
+                }
+                None => i0 = c + 4,
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    for i in 0..16 {
+        l[i] = (lf[i] + 4.0) as i8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
     }
 }
 
@@ -202,7 +310,9 @@ fn quantize_block_ref(x: &[f32]) -> BlockQ3K {
     let mut max_scale = 0f32;
     let mut amax = 0f32;
     for j in 0..QK_K / 16 {
-        scales[j] = make_q3_quants(16, 4, &x[16 * j..], &mut l[16 * j..], true);
+        let xs: &[f32; 16] = x[16 * j..16 * j + 16].try_into().expect("16 values");
+        let ls: &mut [i8; 16] = (&mut l[16 * j..16 * j + 16]).try_into().expect("16 codes");
+        scales[j] = make_q3_quants16(xs, ls);
         let scale = scales[j].abs();
         if scale > amax {
             amax = scale;
@@ -306,6 +416,106 @@ mod tests {
     fn gaussian(n: usize, seed: u64) -> Vec<f32> {
         let mut r = rng(seed);
         (0..n).map(|_| (0..4).map(|_| r()).sum::<f32>()).collect()
+    }
+
+    /// The C loops as written (`make_q3_quants`, then the sequential requantize and
+    /// hmask loops), the reference for the restructured encoder.
+    fn quantize_block_seq(x: &[f32]) -> BlockQ3K {
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; QK_K / 16];
+        let mut y = BlockQ3K::default();
+        let mut max_scale = 0f32;
+        let mut amax = 0f32;
+        for j in 0..QK_K / 16 {
+            scales[j] = make_q3_quants(16, 4, &x[16 * j..], &mut l[16 * j..], true);
+            let scale = scales[j].abs();
+            if scale > amax {
+                amax = scale;
+                max_scale = scales[j];
+            }
+        }
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for (j, &s) in scales.iter().enumerate() {
+                let li = nearest_int(iscale * s) as i8 as i32;
+                y.put_scale(j, (-32).max(31.min(li)) + 32);
+            }
+            write_f16(&mut y.d, 0, 1.0 / iscale);
+        } else {
+            write_f16(&mut y.d, 0, 0.0);
+        }
+        let d_all = y.d();
+        for j in 0..QK_K / 16 {
+            let d = d_all * y.scale(j) as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                let li = nearest_int(x[16 * j + ii] / d);
+                l[16 * j + ii] = ((-4).max(3.min(li)) + 4) as i8;
+            }
+        }
+        let (mut m, mut hm) = (0usize, 1u8);
+        for lj in l.iter_mut() {
+            if *lj > 3 {
+                y.hmask[m] |= hm;
+                *lj -= 4;
+            }
+            m += 1;
+            if m == QK_K / 8 {
+                m = 0;
+                hm = hm.wrapping_shl(1);
+            }
+        }
+        for j in (0..QK_K).step_by(128) {
+            for i in 0..32 {
+                let v = l[j + i] as i32
+                    | ((l[j + i + 32] as i32) << 2)
+                    | ((l[j + i + 64] as i32) << 4)
+                    | ((l[j + i + 96] as i32) << 6);
+                y.qs[j / 4 + i] = v as u8;
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn the_restructured_search_is_the_sequential_one_bit_for_bit() {
+        let mut r = rng(7);
+        let mut changed = 0;
+        for case in 0..3000u64 {
+            let mut x = gaussian(QK_K, 1000 + case);
+            match case % 6 {
+                // heavy tails
+                1 => x.iter_mut().for_each(|v| *v = v.powi(3)),
+                // few distinct values: ties everywhere
+                2 => x.iter_mut().for_each(|v| *v = (*v * 2.0).round() * 0.25),
+                // zero, tiny and huge sub-blocks mixed
+                3 => {
+                    for (j, c) in x.chunks_mut(16).enumerate() {
+                        let k = [0.0, 1e-20, 1e-7, 1.0, 3e4][j % 5];
+                        c.iter_mut().for_each(|v| *v *= k);
+                    }
+                }
+                // one outlier per sub-block
+                4 => x.iter_mut().step_by(13).for_each(|v| *v *= 40.0 * r()),
+                5 => x.iter_mut().for_each(|v| *v = v.abs() + 0.1),
+                _ => {}
+            }
+            for j in 0..QK_K / 16 {
+                let xs: &[f32; 16] = x[16 * j..16 * j + 16].try_into().unwrap();
+                let (mut a, mut b) = ([0i8; 16], [0i8; 16]);
+                let sa = make_q3_quants16(xs, &mut a);
+                let sb = make_q3_quants(16, 4, xs, &mut b, true);
+                assert_eq!((sa.to_bits(), a), (sb.to_bits(), b), "case {case} sub-block {j}: {xs:?}");
+                let mut c = [0i8; 16];
+                make_q3_quants(16, 4, xs, &mut c, false);
+                changed += (c != b) as usize;
+            }
+            assert_eq!(quantize_block_ref(&x), quantize_block_seq(&x), "case {case}");
+        }
+        // the refinement did change codes (the passes were exercised)
+        assert!(changed > 1_000, "{changed}");
     }
 
     #[test]
