@@ -38,31 +38,11 @@ impl Architecture {
     pub const fn new(name: &'static str, load: LoadFn) -> Self {
         Architecture { name, load, priority: 0, origin: "" }
     }
-    /// With a priority (above 0 replaces a built-in of the same name).
-    pub const fn priority(self, priority: i32) -> Self {
-        Architecture { priority, ..self }
-    }
-    /// With the registering module (what `gguf_registry::submit!` calls).
-    pub const fn with_origin(self, origin: &'static str) -> Self {
-        Architecture { origin, ..self }
-    }
 }
 
 inventory::collect!(Architecture);
 
-impl gguf_registry::Entry for Architecture {
-    type Key = &'static str;
-    const KIND: &'static str = "architecture";
-    fn keys(&self) -> Vec<&'static str> {
-        vec![self.name]
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn provider(&self) -> &str {
-        self.origin
-    }
-}
+gguf_registry::named_entry!(Architecture, "architecture", &'static str, |a: &Architecture| vec![a.name]);
 
 fn index() -> &'static gguf_registry::Registry<Architecture> {
     static INDEX: OnceLock<gguf_registry::Registry<Architecture>> = OnceLock::new();

@@ -47,6 +47,11 @@ pub struct Recipe {
 
 inventory::collect!(Recipe);
 
+// Names and aliases, upper-cased: llama-quantize matches them case-insensitively.
+gguf_registry::named_entry!(Recipe, "recipe", String, |r: &Recipe| {
+    std::iter::once(&r.name).chain(r.aliases).map(|n| n.to_ascii_uppercase()).collect()
+});
+
 impl Recipe {
     /// A recipe whose tensors all get `default_type` unless `rule` says otherwise, listed
     /// after the built-ins, priority 0.
@@ -76,14 +81,6 @@ impl Recipe {
     pub const fn with_order(self, order: u32) -> Self {
         Recipe { order, ..self }
     }
-    /// With a priority (above 0 replaces a built-in of the same name).
-    pub const fn priority(self, priority: i32) -> Self {
-        Recipe { priority, ..self }
-    }
-    /// With the registering module (what `gguf_registry::submit!` calls).
-    pub const fn with_origin(self, origin: &'static str) -> Self {
-        Recipe { origin, ..self }
-    }
 
     /// The default type's registry entry.
     pub fn default_traits(&self) -> Result<&'static ggml_quants::TypeTraits> {
@@ -97,21 +94,6 @@ impl Recipe {
 /// A rule that keeps the chosen type: every tensor gets the default type.
 pub fn uniform_rule(_: &Recipe, _: &TensorCtx<'_>, chosen: u32) -> std::result::Result<u32, String> {
     Ok(chosen)
-}
-
-impl gguf_registry::Entry for Recipe {
-    /// Names and aliases, upper-cased: llama-quantize matches them case-insensitively.
-    type Key = String;
-    const KIND: &'static str = "recipe";
-    fn keys(&self) -> Vec<String> {
-        std::iter::once(&self.name).chain(self.aliases).map(|n| n.to_ascii_uppercase()).collect()
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn provider(&self) -> &str {
-        self.origin
-    }
 }
 
 struct Index {

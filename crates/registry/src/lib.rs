@@ -357,6 +357,43 @@ macro_rules! submit {
     };
 }
 
+/// The [`Entry`] impl of an entry type with `priority: i32` and `origin: &'static str`
+/// fields (the registering module is the provider), plus its `priority(p)` and
+/// `with_origin(o)` const builders. `$keys` maps an entry to its keys.
+///
+/// ```ignore
+/// gguf_registry::named_entry!(Architecture, "architecture", &'static str, |a: &Architecture| vec![a.name]);
+/// ```
+#[macro_export]
+macro_rules! named_entry {
+    ($ty:ty, $kind:literal, $key:ty, $keys:expr) => {
+        impl $crate::Entry for $ty {
+            type Key = $key;
+            const KIND: &'static str = $kind;
+            fn keys(&self) -> Vec<$key> {
+                ($keys)(self)
+            }
+            fn priority(&self) -> i32 {
+                self.priority
+            }
+            fn provider(&self) -> &str {
+                self.origin
+            }
+        }
+
+        impl $ty {
+            /// With a priority (above 0 replaces a built-in entry of the same key).
+            pub const fn priority(self, priority: i32) -> Self {
+                Self { priority, ..self }
+            }
+            /// With the registering module (what `gguf_registry::submit!` calls).
+            pub const fn with_origin(self, origin: &'static str) -> Self {
+                Self { origin, ..self }
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

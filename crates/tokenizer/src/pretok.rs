@@ -96,31 +96,11 @@ impl PreTokenizer {
     pub const fn raw_utf8(self) -> Self {
         PreTokenizer { byte_encode: false, ..self }
     }
-    /// With a priority (above 0 replaces a built-in of the same name).
-    pub const fn priority(self, priority: i32) -> Self {
-        PreTokenizer { priority, ..self }
-    }
-    /// With the registering module (what `gguf_registry::submit!` calls).
-    pub const fn with_origin(self, origin: &'static str) -> Self {
-        PreTokenizer { origin, ..self }
-    }
 }
 
 inventory::collect!(PreTokenizer);
 
-impl gguf_registry::Entry for PreTokenizer {
-    type Key = &'static str;
-    const KIND: &'static str = "pre-tokenizer";
-    fn keys(&self) -> Vec<&'static str> {
-        self.names.to_vec()
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn provider(&self) -> &str {
-        self.origin
-    }
-}
+gguf_registry::named_entry!(PreTokenizer, "pre-tokenizer", &'static str, |p: &PreTokenizer| p.names.to_vec());
 
 fn index() -> &'static gguf_registry::Registry<PreTokenizer> {
     static INDEX: std::sync::OnceLock<gguf_registry::Registry<PreTokenizer>> = std::sync::OnceLock::new();
@@ -357,31 +337,11 @@ impl FastSplitter {
     pub const fn new(regex: &'static str, name: &'static str, split: SplitFn) -> Self {
         FastSplitter { regex, name, split, priority: 0, origin: "" }
     }
-    /// With a priority (above 0 replaces a built-in of the same pattern).
-    pub const fn priority(self, priority: i32) -> Self {
-        FastSplitter { priority, ..self }
-    }
-    /// With the registering module (what `gguf_registry::submit!` calls).
-    pub const fn with_origin(self, origin: &'static str) -> Self {
-        FastSplitter { origin, ..self }
-    }
 }
 
 inventory::collect!(FastSplitter);
 
-impl gguf_registry::Entry for FastSplitter {
-    type Key = &'static str;
-    const KIND: &'static str = "fast splitter for regex";
-    fn keys(&self) -> Vec<&'static str> {
-        vec![self.regex]
-    }
-    fn priority(&self) -> i32 {
-        self.priority
-    }
-    fn provider(&self) -> &str {
-        self.origin
-    }
-}
+gguf_registry::named_entry!(FastSplitter, "fast splitter for regex", &'static str, |f: &FastSplitter| vec![f.regex]);
 
 fn fast_splitters() -> &'static gguf_registry::Registry<FastSplitter> {
     static INDEX: std::sync::OnceLock<gguf_registry::Registry<FastSplitter>> = std::sync::OnceLock::new();
