@@ -57,9 +57,9 @@ mod wpm;
 use std::collections::BTreeSet;
 
 pub use decode::{drain_utf8, StreamDecoder};
-pub use inventory;
 /// The registry crate, for `tokenizer::gguf_registry::submit!` in plug-in crates.
 pub use gguf_registry;
+pub use inventory;
 use texts::Texts;
 
 /// Errors of this crate.
