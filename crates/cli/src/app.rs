@@ -284,6 +284,9 @@ pub fn main() -> ExitCode {
     let _ = (!serving).then(|| {
         ctrlc::set_handler(|| {
             if engine::INTERRUPTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                // A second Ctrl-C exits at once: no destructor runs, so take the
+                // temporaries of unfinished writes away first.
+                gguf_format::atomic::remove_pending();
                 std::process::exit(130);
             }
         })
