@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use tokenizer::chat::{ChatTemplate, Message, TemplateLimits};
+use gguf_tokenizer::chat::{ChatTemplate, Message, TemplateLimits};
 
 fuzz_target!(|data: &[u8]| {
     let (src, rest) = match data.iter().position(|&b| b == 0) {

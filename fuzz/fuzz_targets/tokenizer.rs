@@ -13,7 +13,7 @@
 
 use gguf_format::{Array, Metadata, Value};
 use libfuzzer_sys::fuzz_target;
-use tokenizer::Tokenizer;
+use gguf_tokenizer::Tokenizer;
 
 const MODELS: [&str; 5] = ["gpt2", "llama", "bert", "t5", "gemma4"];
 const PRES: [&str; 12] = [
@@ -47,7 +47,7 @@ fn vocabulary(sel: u8, flags: u8, desc: &[u8]) -> Metadata {
     let (mut toks, mut types, mut scores) = (Vec::new(), Vec::new(), Vec::new());
     if flags & 1 != 0 {
         // a usable base: the GPT-2 byte symbols (byte-level models) or <0xXX> tokens
-        let table = tokenizer::unicode::byte_to_cpt_table();
+        let table = gguf_tokenizer::unicode::byte_to_cpt_table();
         for b in 0..256usize {
             toks.push(match model {
                 "gpt2" | "bert" => char::from_u32(table[b]).unwrap_or('?').to_string().into_bytes(),

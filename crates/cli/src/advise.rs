@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use gguf_format::SplitGguf;
-use models::Logits;
-use quantize::{recipe, Error as QError, Imatrix, Params};
+use gguf_models::Logits;
+use gguf_quantize::{recipe, Error as QError, Imatrix, Params};
 
 use crate::engine::{self, ModelArgs};
 use crate::perplexity::{encode_log_probs, kld_one, mean_unc, nv, Kld};
@@ -167,7 +167,7 @@ pub fn run(a: &AdviseArgs) -> Result<()> {
         p.nthread = a.model.threads.unwrap_or(0);
         p.allow_requantize = a.allow_requantize;
         p.dry_run = true;
-        let dry = quantize::plan(&src_file, &p)?;
+        let dry = gguf_quantize::plan(&src_file, &p)?;
         let needs = dry.needs_imatrix;
         if needs && imatrix.is_none() {
             let calib_path = tmp.path().join("calibration.txt");
@@ -193,7 +193,7 @@ pub fn run(a: &AdviseArgs) -> Result<()> {
         if needs {
             p.imatrix = imatrix.clone();
         }
-        let plan = match quantize::plan(&src_file, &p) {
+        let plan = match gguf_quantize::plan(&src_file, &p) {
             Ok(plan) => plan,
             Err(e @ (QError::Requantize { .. } | QError::Convert { .. } | QError::Rule { .. })) => {
                 rows.push(Row {
@@ -227,7 +227,7 @@ pub fn run(a: &AdviseArgs) -> Result<()> {
             r.name
         ));
         eprintln!("{}: quantizing ({:.1} MiB) and evaluating", r.name, file_bytes as f64 / 1048576.0);
-        quantize::write(&src_file, &plan, &p, &out, &cancel, &|_| {})?;
+        gguf_quantize::write(&src_file, &plan, &p, &out, &cancel, &|_| {})?;
         let mut qa = eval_args.clone();
         qa.model = Some(out.clone());
         let q = engine::load(&qa)?;

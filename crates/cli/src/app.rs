@@ -14,7 +14,7 @@ use gguf_format::GgufFile;
 // Link every built-in quant type into the binary (inventory registrations).
 use ggml_quants as _;
 // And every built-in recipe.
-use quantize as _;
+use gguf_quantize as _;
 
 #[derive(Parser)]
 #[command(name = "gguf", version, about = "Read, inspect and run llama.cpp GGUF model files")]

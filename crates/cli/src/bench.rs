@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use models::{CacheType, Logits, Pool, State, StateOptions};
+use gguf_models::{CacheType, Logits, Pool, State, StateOptions};
 
 use crate::engine::{load, peak_rss, threads, Loaded, ModelArgs, INTERRUPTED};
 
@@ -674,7 +674,7 @@ fn ftype_name(l: &Loaded) -> String {
                     best = (*c, ty);
                 }
             }
-            let f = u64::from(quantize::ftype_of_type(best.1));
+            let f = u64::from(gguf_quantize::ftype_of_type(best.1));
             (f, true)
         }
     };

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use models::{Logits, Sampler};
-use tokenizer::chat::{ChatTemplate, Message};
+use gguf_models::{Logits, Sampler};
+use gguf_tokenizer::chat::{ChatTemplate, Message};
 
 use crate::engine::{load, state, Loaded, ModelArgs, INTERRUPTED};
 use crate::sampling::SampleArgs;
@@ -78,13 +78,13 @@ fn template(l: &Loaded, args: &ChatArgs) -> Result<ChatTemplate> {
         return custom(&src);
     }
     if let Some(t) = &args.chat_template {
-        if tokenizer::chat::builtin_names().contains(&t.as_str()) {
+        if gguf_tokenizer::chat::builtin_names().contains(&t.as_str()) {
             return Ok(ChatTemplate::builtin(t)?);
         }
         if !t.contains("{{") && !t.contains("{%") {
             bail!(
                 "--chat-template {t:?} is neither a built-in name ({}) nor a Jinja template",
-                tokenizer::chat::builtin_names().join(", ")
+                gguf_tokenizer::chat::builtin_names().join(", ")
             );
         }
         return custom(t);
@@ -232,7 +232,7 @@ fn reply(
     l: &Loaded,
     args: &ChatArgs,
     template: &ChatTemplate,
-    st: &mut Box<dyn models::State>,
+    st: &mut Box<dyn gguf_models::State>,
     sampler: &mut Sampler,
     messages: &mut Vec<Message>,
     cached: &mut Vec<u32>,

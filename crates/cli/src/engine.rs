@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use models::{CacheType, Logits, Model, State, StateOptions};
-use tokenizer::Tokenizer;
+use gguf_models::{CacheType, Logits, Model, State, StateOptions};
+use gguf_tokenizer::Tokenizer;
 
 use crate::fetch;
 use crate::sampling::SampleArgs;
@@ -163,7 +163,7 @@ pub fn model_path(m: Option<&Path>) -> Result<PathBuf> {
 pub fn load(args: &ModelArgs) -> Result<Loaded> {
     let path = model_path(args.model.as_deref())?;
     let t0 = Instant::now();
-    let (file, model) = models::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let (file, model) = gguf_models::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let tok = Tokenizer::from_gguf(file.metadata()).with_context(|| format!("tokenizer of {}", path.display()))?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     Ok(Loaded { file, model, tok, load_ms })
@@ -174,15 +174,15 @@ pub(crate) fn state(l: &Loaded, args: &ModelArgs) -> Result<Box<dyn State>> {
 }
 
 /// The thread count of `-t` (default: every core): at least 1, at most
-/// [`models::MAX_THREADS`] (llama.cpp's cap), with a warning when cut.
+/// [`gguf_models::MAX_THREADS`] (llama.cpp's cap), with a warning when cut.
 pub fn threads(requested: Option<usize>) -> Result<usize> {
     let n = requested.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if n == 0 {
         bail!("--threads must be at least 1");
     }
-    if n > models::MAX_THREADS {
-        eprintln!("warning: --threads {n} is more than {}: using {0}", models::MAX_THREADS);
-        return Ok(models::MAX_THREADS);
+    if n > gguf_models::MAX_THREADS {
+        eprintln!("warning: --threads {n} is more than {}: using {0}", gguf_models::MAX_THREADS);
+        return Ok(gguf_models::MAX_THREADS);
     }
     Ok(n)
 }
@@ -243,20 +243,20 @@ fn prompt_tokens(
 }
 
 /// The `--grammar` / `--grammar-file` / `--json-schema` constraint, if any.
-fn constraint_of(l: &Loaded, args: &RunArgs) -> Result<Option<grammar::Constraint>> {
+fn constraint_of(l: &Loaded, args: &RunArgs) -> Result<Option<gguf_grammar::Constraint>> {
     let spec = match (&args.grammar, &args.grammar_file, &args.json_schema) {
-        (Some(g), _, _) => grammar::Spec::Gbnf(g.clone()),
-        (_, Some(f), _) => grammar::Spec::Gbnf(
+        (Some(g), _, _) => gguf_grammar::Spec::Gbnf(g.clone()),
+        (_, Some(f), _) => gguf_grammar::Spec::Gbnf(
             std::fs::read_to_string(f).with_context(|| format!("reading --grammar-file {}", f.display()))?,
         ),
         (_, _, Some(j)) => {
             let v: serde_json::Value = serde_json::from_str(j).context("--json-schema is not valid JSON")?;
-            grammar::Spec::JsonSchema(server::api::bounded_json_whitespace(v))
+            gguf_grammar::Spec::JsonSchema(gguf_server::api::bounded_json_whitespace(v))
         }
         _ => return Ok(None),
     };
-    let vocab = std::sync::Arc::new(grammar::Vocab::from_tokenizer(&l.tok)?);
-    Ok(Some(grammar::Constraint::new(&vocab, &spec)?))
+    let vocab = std::sync::Arc::new(gguf_grammar::Vocab::from_tokenizer(&l.tok)?);
+    Ok(Some(gguf_grammar::Constraint::new(&vocab, &spec)?))
 }
 
 /// llama.cpp's `string_process_escapes`: `\n \r \t \' \" \\` and `\xHH`; any other
@@ -330,11 +330,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
             let Some(user) = args.prompt_text()? else {
                 bail!("--system-prompt needs a prompt (-p or -f) for the user message")
             };
-            let template = match tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
+            let template = match gguf_tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
                 Some(t) => t,
-                None => tokenizer::chat::ChatTemplate::builtin("chatml")?,
+                None => gguf_tokenizer::chat::ChatTemplate::builtin("chatml")?,
             };
-            let msgs = [tokenizer::chat::Message::new("system", sys), tokenizer::chat::Message::new("user", &user)];
+            let msgs =
+                [gguf_tokenizer::chat::Message::new("system", sys), gguf_tokenizer::chat::Message::new("user", &user)];
             l.tok.encode(&template.render(&msgs, true, None)?, !args.no_bos, true)?
         }
         None => prompt_tokens(&l, args.prompt_text()?.as_deref(), None, args.tokens.as_deref(), args.no_bos)?,

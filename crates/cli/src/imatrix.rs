@@ -1,6 +1,6 @@
 //! `gguf imatrix`: llama-imatrix (`tools/imatrix/imatrix.cpp`) — the text cut into `-c`
 //! token chunks (BOS first), each evaluated from an empty cache while an
-//! [`models::Observer`] sums the squares of every activation column entering each
+//! [`gguf_models::Observer`] sums the squares of every activation column entering each
 //! `blk.*` weight (products of fewer than 16 rows are skipped, experts counted per
 //! expert), saved in llama.cpp's imatrix GGUF (`<name>.in_sum2` / `<name>.counts`,
 //! `imatrix.*` keys) or legacy `.dat` format. `--in-file` merges earlier results.
@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use gguf_format::{Array, GgufWriter, Value};
-use models::{Logits, Observer};
+use gguf_models::{Logits, Observer};
 
 use crate::engine::{self, ModelArgs};
 
@@ -192,8 +192,8 @@ impl Collector {
 }
 
 fn merge_in(stats: &mut BTreeMap<String, Stats>, datasets: &mut Vec<String>, path: &Path, chunk: i64) -> Result<()> {
-    let im = quantize::imatrix::load_raw(path)?;
-    for (name, quantize::imatrix::Raw { sums, counts }) in im.entries {
+    let im = gguf_quantize::imatrix::load_raw(path)?;
+    for (name, gguf_quantize::imatrix::Raw { sums, counts }) in im.entries {
         let e = stats.entry(name.clone()).or_default();
         if im.legacy {
             if e.values.is_empty() {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use models::Logits;
+use gguf_models::Logits;
 
 use crate::engine::{self, ModelArgs};
 

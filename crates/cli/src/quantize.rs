@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use gguf_format::SplitGguf;
-use quantize::{recipe, Imatrix, KvOverride, Params, Progress};
+use gguf_quantize::{recipe, Imatrix, KvOverride, Params, Progress};
 
 /// Arguments of `gguf quantize` (llama-quantize's names).
 #[derive(clap::Args, Debug)]
@@ -219,8 +219,8 @@ pub fn run(a: &QuantizeArgs, interrupted: &'static AtomicBool) -> Result<()> {
     p.keep_split = a.keep_split;
     let file = SplitGguf::open(&input)?;
     let t0 = Instant::now();
-    let plan = quantize::plan(&file, &p)?;
-    let targets = quantize::output_paths(&plan, &p, &out);
+    let plan = gguf_quantize::plan(&file, &p)?;
+    let targets = gguf_quantize::output_paths(&plan, &p, &out);
     if !a.dry_run {
         for t in &targets {
             if file.shards().iter().any(|s| same_file(s.path(), t)) {
@@ -277,7 +277,7 @@ pub fn run(a: &QuantizeArgs, interrupted: &'static AtomicBool) -> Result<()> {
             }
         };
         let stop = StopOnTerm::install(interrupted);
-        let written = quantize::write(&file, &plan, &p, &out, interrupted, &on_progress);
+        let written = gguf_quantize::write(&file, &plan, &p, &out, interrupted, &on_progress);
         if let Some(b) = bar {
             b.finish_and_clear();
         }
@@ -286,7 +286,7 @@ pub fn run(a: &QuantizeArgs, interrupted: &'static AtomicBool) -> Result<()> {
             for t in &targets {
                 let _ = std::fs::remove_file(t);
             }
-            bail!(quantize::Error::Interrupted);
+            bail!(gguf_quantize::Error::Interrupted);
         }
         drop(stop);
         written?;
@@ -304,7 +304,7 @@ pub fn run(a: &QuantizeArgs, interrupted: &'static AtomicBool) -> Result<()> {
     Ok(())
 }
 
-fn describe(t: &quantize::TensorPlan, mib: impl Fn(u64) -> f64) -> String {
+fn describe(t: &gguf_quantize::TensorPlan, mib: impl Fn(u64) -> f64) -> String {
     let name = |id| ggml_quants::by_id(id).map_or("?", |t| t.name);
     let shape = t.dims.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
     if t.from == t.to {

@@ -2,11 +2,11 @@
 //! sampler settings they make.
 
 use clap::Args;
-use models::sampling::{SamplerType, DEFAULT_SEED};
-use models::SamplerParams;
+use gguf_models::sampling::{SamplerType, DEFAULT_SEED};
+use gguf_models::SamplerParams;
 
 /// The engine's sampler, for tools that drive it directly (`cargo xtask verify sampling`).
-pub use models::sampling as engine;
+pub use gguf_models::sampling as engine;
 
 /// A float flag's value: finite (`nan` and `inf` parse as floats but mean nothing here).
 pub(crate) fn finite(s: &str) -> std::result::Result<f32, String> {
@@ -223,16 +223,16 @@ impl SampleArgs {
 /// A random seed (no `-s`, or `-s -1`) is drawn here and returned, for the caller to print
 /// as llama.cpp's "sampler seed: N" once generation starts, so the run can be repeated
 /// with `-s N`.
-pub fn sampler(args: &SampleArgs, tok: &tokenizer::Tokenizer) -> (models::Sampler, Option<u32>) {
+pub fn sampler(args: &SampleArgs, tok: &gguf_tokenizer::Tokenizer) -> (gguf_models::Sampler, Option<u32>) {
     let mut p = args.params();
     let mut drawn = None;
     if p.seed == DEFAULT_SEED {
         while p.seed == DEFAULT_SEED {
-            p.seed = models::sampling::rng::resolve_seed(DEFAULT_SEED);
+            p.seed = gguf_models::sampling::rng::resolve_seed(DEFAULT_SEED);
         }
         drawn = Some(p.seed);
     }
-    (models::Sampler::with_vocab(p, &server::engine::Pieces(tok)), drawn)
+    (gguf_models::Sampler::with_vocab(p, &gguf_server::engine::Pieces(tok)), drawn)
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         Some(f) => Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?),
         None => args.chat_template.clone(),
     };
-    let cfg = server::Config {
+    let cfg = gguf_server::Config {
         model,
         host: args.host.clone(),
         port: args.port,
@@ -151,6 +151,6 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         kv_unified: args.kv_unified && !args.no_kv_unified,
         announce: true,
     };
-    server::serve(cfg, None)?;
+    gguf_server::serve(cfg, None)?;
     Ok(())
 }

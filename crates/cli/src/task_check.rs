@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use models::Logits;
+use gguf_models::Logits;
 
 use crate::engine::{self, ModelArgs, INTERRUPTED};
 
@@ -114,9 +114,9 @@ pub fn run(a: &TaskCheckArgs) -> Result<()> {
         let template = if a.raw {
             None
         } else {
-            Some(match tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
+            Some(match gguf_tokenizer::chat::ChatTemplate::from_gguf_with(l.file.metadata(), &l.tok)? {
                 Some(t) => t,
-                None => tokenizer::chat::ChatTemplate::builtin("chatml")?,
+                None => gguf_tokenizer::chat::ChatTemplate::builtin("chatml")?,
             })
         };
         let mut st = engine::state_with_ctx(&l, &args, a.ctx)?;
@@ -130,9 +130,9 @@ pub fn run(a: &TaskCheckArgs) -> Result<()> {
                 Some(t) => {
                     let mut msgs = Vec::new();
                     if let Some(s) = &a.system {
-                        msgs.push(tokenizer::chat::Message::new("system", s));
+                        msgs.push(gguf_tokenizer::chat::Message::new("system", s));
                     }
-                    msgs.push(tokenizer::chat::Message::new("user", p));
+                    msgs.push(gguf_tokenizer::chat::Message::new("user", p));
                     l.tok.encode(&t.render(&msgs, true, None)?, true, true)?
                 }
                 None => l.tok.encode(p, true, false)?,

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use gguf_format::SplitGguf;
-use tokenizer::chat::{ChatTemplate, Message};
-use tokenizer::Tokenizer;
+use gguf_tokenizer::chat::{ChatTemplate, Message};
+use gguf_tokenizer::Tokenizer;
 
 /// `gguf tokenize`.
 #[derive(clap::Args, Debug)]

@@ -40,9 +40,9 @@ pub fn check() -> (String, bool) {
             ggml_quants::all().iter().filter(|t| quant_kernels::registry::kernel_for(t.id).is_some()).count(),
             quant_kernels::registry_problems(),
         ),
-        ("architectures", models::architectures().len(), models::registry_problems()),
-        ("pre-tokenizers", tokenizer::pretok::known_names().len(), tokenizer::pretok::registry_problems()),
-        ("recipes", quantize::recipe::all().len(), quantize::recipe::registry_problems()),
+        ("architectures", gguf_models::architectures().len(), gguf_models::registry_problems()),
+        ("pre-tokenizers", gguf_tokenizer::pretok::known_names().len(), gguf_tokenizer::pretok::registry_problems()),
+        ("recipes", gguf_quantize::recipe::all().len(), gguf_quantize::recipe::registry_problems()),
     ];
     let mut out = String::new();
     let mut sound = true;

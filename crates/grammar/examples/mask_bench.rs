@@ -1,9 +1,9 @@
 //! Per-token mask time of JSON-schema (and GBNF) constraints on the cached models'
 //! vocabularies, driven by the tests' deterministic random sampler.
 //!
-//! `cargo run --release -p grammar --example mask_bench [-- --seeds N --max-tokens N]`
+//! `cargo run --release -p gguf-grammar --example mask_bench [-- --seeds N --max-tokens N]`
 //!
-//! For each vocabulary: the time to build the [`grammar::Vocab`], each schema's compile
+//! For each vocabulary: the time to build the [`gguf_grammar::Vocab`], each schema's compile
 //! time, and over every decoding step: the mask computation (`is_allowed`, which
 //! computes the mask) and the masking of the logits (`apply` with the mask cached), as
 //! mean / p50 / p99 / max. The CPU and load are printed first.
@@ -14,7 +14,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grammar::{Constraint, Spec, Vocab};
+use gguf_grammar::{Constraint, Spec, Vocab};
 
 const MODELS: &[&str] =
     &["SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "gemma-3-270m-q4_k_m.gguf"];

@@ -31,7 +31,7 @@
 //!   JSON) or `{"lenient": true}` (ignore unsupported keywords).
 //!
 //! ```
-//! # fn main() -> grammar::Result<()> {
+//! # fn main() -> gguf_grammar::Result<()> {
 //! use std::sync::Arc;
 //! // A byte-level vocabulary (token i = byte i) plus an end-of-generation token 256; with
 //! // a model: `Vocab::from_shared_tokenizer(Arc::new(tokenizer))`.
@@ -39,8 +39,8 @@
 //! bytes.push(b"</s>".to_vec());
 //! let mut special = vec![false; 256];
 //! special.push(true);
-//! let vocab = Arc::new(grammar::Vocab::new(bytes, special, vec![256])?);
-//! let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::Gbnf(r#"root ::= "ok""#.into()))?;
+//! let vocab = Arc::new(gguf_grammar::Vocab::new(bytes, special, vec![256])?);
+//! let mut c = gguf_grammar::Constraint::new(&vocab, &gguf_grammar::Spec::Gbnf(r#"root ::= "ok""#.into()))?;
 //! let mut out = Vec::new();
 //! for _ in 0..8 {
 //!     let mut logits = vec![0f32; vocab.n_vocab()]; // a model's forward pass goes here
@@ -81,7 +81,7 @@ pub enum Error {
     Vocab(String),
     /// The tokenizer failed.
     #[error("tokenizer: {0}")]
-    Tokenizer(#[from] tokenizer::Error),
+    Tokenizer(#[from] gguf_tokenizer::Error),
     /// A GBNF grammar does not parse (the message names the line, column and problem).
     #[error("invalid GBNF grammar: {0}")]
     Gbnf(String),
@@ -211,20 +211,20 @@ impl Vocab {
     /// text for `<token>` references; the end-of-generation ids are `t.eog_ids()`. Like
     /// llama.cpp's `llama_sampler_llg_new_tokenizer`. Forced text is tokenized greedily
     /// over the trie; see [`Vocab::from_shared_tokenizer`] for canonical forcing.
-    pub fn from_tokenizer(t: &tokenizer::Tokenizer) -> Result<Vocab> {
+    pub fn from_tokenizer(t: &gguf_tokenizer::Tokenizer) -> Result<Vocab> {
         let (bytes, special, eos) = Self::tokenizer_parts(t)?;
         Vocab::build(bytes, special, eos, None)
     }
 
     /// [`Vocab::from_tokenizer`], keeping `t` to tokenize forced text canonically
     /// (`encode_bytes` without BOS or special parsing).
-    pub fn from_shared_tokenizer(t: Arc<tokenizer::Tokenizer>) -> Result<Vocab> {
+    pub fn from_shared_tokenizer(t: Arc<gguf_tokenizer::Tokenizer>) -> Result<Vocab> {
         let (bytes, special, eos) = Self::tokenizer_parts(&t)?;
         let encode = move |s: &[u8]| t.encode_bytes(s, false, false).ok();
         Vocab::build(bytes, special, eos, Some(Box::new(encode)))
     }
 
-    fn tokenizer_parts(t: &tokenizer::Tokenizer) -> Result<VocabParts> {
+    fn tokenizer_parts(t: &gguf_tokenizer::Tokenizer) -> Result<VocabParts> {
         let n = t.n_vocab();
         let mut bytes = Vec::with_capacity(n);
         let mut special = Vec::with_capacity(n);
@@ -491,6 +491,6 @@ impl Constraint {
 
 // lets the unit tests share `tests/common` with the integration tests
 #[cfg(test)]
-extern crate self as grammar;
+extern crate self as gguf_grammar;
 #[cfg(test)]
 mod tests;

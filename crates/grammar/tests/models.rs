@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grammar::{Constraint, Error, Spec, Vocab};
+use gguf_grammar::{Constraint, Error, Spec, Vocab};
 
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -139,7 +139,7 @@ fn llama_cpp_grammars_compile_and_generate() {
     for path in &files {
         let src = std::fs::read_to_string(path).unwrap();
         let name = path.file_name().unwrap().to_string_lossy();
-        let lark = grammar::gbnf_to_lark(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let lark = gguf_grammar::gbnf_to_lark(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
         for (vname, v) in &vocabs {
             for seed in 0..3 {
                 let run = common::drive_with(v, &Spec::Gbnf(src.clone()), seed, 80, 0.5);

@@ -1,19 +1,19 @@
 //! Decode throughput of `forward_batch` with k sequences at once (k = 1, 2, 4, 8):
-//! `cargo run --release -p models --example batch_decode -- MODEL [threads] [steps]`.
+//! `cargo run --release -p gguf-models --example batch_decode -- MODEL [threads] [steps]`.
 //! Prints tokens/s per k and the ratio to k = 1 (rounds interleaved).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use models::{Logits, Segment, StateOptions};
+use gguf_models::{Logits, Segment, StateOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let path = args.get(1).ok_or("usage: batch_decode MODEL [threads] [steps]")?;
     let threads: usize = args.get(2).map_or(Ok(2), |s| s.parse())?;
     let steps: usize = args.get(3).map_or(Ok(32), |s| s.parse())?;
-    let (_f, model) = models::load(path)?;
-    let pool = Arc::new(models::Pool::new(threads));
+    let (_f, model) = gguf_models::load(path)?;
+    let pool = Arc::new(gguf_models::Pool::new(threads));
     let ks = [1usize, 2, 4, 8];
     let mut best = vec![f64::MAX; ks.len()];
     for _round in 0..3 {

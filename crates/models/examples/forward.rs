@@ -1,11 +1,11 @@
 //! Embedding the engine without the CLI: load a GGUF model, evaluate token ids, print
 //! the most likely next tokens and greedy continuation ids.
 //!
-//! `cargo run --release -p models --example forward -- MODEL.gguf 1 2 3 [-t THREADS] [-n GEN]`
+//! `cargo run --release -p gguf-models --example forward -- MODEL.gguf 1 2 3 [-t THREADS] [-n GEN]`
 
 use std::time::Instant;
 
-use models::{Logits, StateOptions};
+use gguf_models::{Logits, StateOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let t0 = Instant::now();
-    let (_file, model) = models::load(&path)?;
+    let (_file, model) = gguf_models::load(&path)?;
     eprintln!("{} (loaded in {:.0} ms)", model.describe(), t0.elapsed().as_secs_f64() * 1e3);
     let mut st = model.new_state(&StateOptions { n_ctx: 1024, n_threads: threads, ..Default::default() })?;
     let t1 = Instant::now();
@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t2 = Instant::now();
     let mut gen = Vec::new();
     for _ in 0..n_gen {
-        let id = models::sampling::argmax(&logits);
+        let id = gguf_models::sampling::argmax(&logits);
         gen.push(id);
         logits = model.forward(st.as_mut(), &[id], Logits::Last)?;
     }

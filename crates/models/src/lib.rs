@@ -14,18 +14,18 @@
 //! [`load_with`]; anything else implements [`Model`] and [`State`] itself.
 //!
 //! ```
-//! use models::{rope::RopeMode, transformer::Activation, Architecture};
+//! use gguf_models::{rope::RopeMode, transformer::Activation, Architecture};
 //!
-//! models::gguf_registry::submit!(Architecture::new("my-llama", |file| {
-//!     models::load_with(file, "my-llama", RopeMode::Neox, |_, _, spec| {
+//! gguf_models::gguf_registry::submit!(Architecture::new("my-llama", |file| {
+//!     gguf_models::load_with(file, "my-llama", RopeMode::Neox, |_, _, spec| {
 //!         spec.activation = Activation::Gelu;
 //!         spec.qk_norm = true;
 //!         Ok(())
 //!     })
 //! }));
 //!
-//! assert!(models::architectures().iter().any(|a| a.name == "my-llama"));
-//! assert!(models::registry_problems().problems.is_empty());
+//! assert!(gguf_models::architectures().iter().any(|a| a.name == "my-llama"));
+//! assert!(gguf_models::registry_problems().problems.is_empty());
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -52,7 +52,7 @@ pub use model::{Logits, Model, Observer, Segment, State, StateOptions};
 pub use quant_kernels::{Pool, MAX_THREADS};
 pub use registry::{architectures, registry_problems, Architecture};
 
-/// The registry crate, for `models::gguf_registry::submit!` in plug-in crates.
+/// The registry crate, for `gguf_models::gguf_registry::submit!` in plug-in crates.
 pub use gguf_registry;
 pub use sampling::{Sampler, SamplerParams};
 

@@ -4,7 +4,7 @@
 //!
 //! A test binary of its own: these registrations change the whole registry.
 
-use models::{gguf_registry, registry, Architecture, Error};
+use gguf_models::{gguf_registry, registry, Architecture, Error};
 
 mod aaa_first {
     use super::*;
@@ -18,12 +18,12 @@ mod zzz_plugin {
 
 #[test]
 fn a_duplicate_builtin_architecture_is_reported() {
-    let r = models::registry_problems();
+    let r = gguf_models::registry_problems();
     assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
     let p = &r.problems[0];
     assert!(p.contains("architecture `llama` is registered 2 times at priority 0"), "{p}");
-    assert!(p.contains("duplicate_arch::aaa_first") && p.contains("models::arch::llama"), "{p}");
-    // Provider order: "duplicate_arch::…" sorts before "models::…", whatever the link order.
+    assert!(p.contains("duplicate_arch::aaa_first") && p.contains("gguf_models::arch::llama"), "{p}");
+    // Provider order: "duplicate_arch::…" sorts before "gguf_models::…", whatever the link order.
     assert_eq!(registry::lookup("llama").unwrap().origin, "duplicate_arch::aaa_first");
 }
 
@@ -31,15 +31,16 @@ fn a_duplicate_builtin_architecture_is_reported() {
 fn a_higher_priority_architecture_replaces_the_builtin() {
     let a = registry::lookup("qwen2").unwrap();
     assert_eq!((a.origin, a.priority), ("duplicate_arch::zzz_plugin", 1));
-    let r = models::registry_problems();
+    let r = gguf_models::registry_problems();
     assert!(
-        r.overrides.iter().any(|o| o
-            .contains("architecture `qwen2`: duplicate_arch::zzz_plugin (priority 1) overrides models::arch::qwen2")),
+        r.overrides.iter().any(|o| o.contains(
+            "architecture `qwen2`: duplicate_arch::zzz_plugin (priority 1) overrides gguf_models::arch::qwen2"
+        )),
         "{:?}",
         r.overrides
     );
     // Every built-in name is still listed once.
-    let names: Vec<&str> = models::architectures().iter().map(|a| a.name).collect();
+    let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
     for n in ["gemma3", "llama", "qwen2", "qwen3", "qwen3moe"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }

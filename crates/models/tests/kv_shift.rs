@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use models::synthetic::{write, Tiny};
-use models::{CacheType, Logits, StateOptions};
+use gguf_models::synthetic::{write, Tiny};
+use gguf_models::{CacheType, Logits, StateOptions};
 
 fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
@@ -28,7 +28,7 @@ fn a_shifted_chunk_attends_as_if_computed_at_its_new_positions() {
             t.n_layer = 1;
             let (_d, p) = tmp("m.gguf");
             write(&t, &p, None, &[]).unwrap();
-            let (_f, model) = models::load(&p).unwrap();
+            let (_f, model) = gguf_models::load(&p).unwrap();
             let o = StateOptions { n_ctx: 64, n_threads: 1, cache_type_k: ct, cache_type_v: ct, ..Default::default() };
             let v = model.n_vocab() as u32;
             let tok = |i: u32| (i * 7 + 3) % v;
@@ -71,7 +71,7 @@ fn bad_shift_chunks_are_errors() {
     let t = Tiny::new("llama");
     let (_d, p) = tmp("m.gguf");
     write(&t, &p, None, &[]).unwrap();
-    let (_f, model) = models::load(&p).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
     let mut st = model.new_state(&StateOptions { n_ctx: 32, n_threads: 1, ..Default::default() }).unwrap();
     model.forward(st.as_mut(), &[1, 2, 3, 4, 5, 6], Logits::None).unwrap();
     assert!(model.shift_cache(st.as_mut(), 2, &[(4, 3)]).is_err(), "past the cached positions");

@@ -10,14 +10,14 @@
 //! # Extending: a recipe from another crate
 //!
 //! ```
-//! use quantize::{recipe, Category, Recipe, TensorCtx};
+//! use gguf_quantize::{recipe, Category, Recipe, TensorCtx};
 //!
 //! /// Attention in Q8_0 (ggml id 8), everything else the default Q4_0.
 //! fn attn_q8(_: &Recipe, t: &TensorCtx<'_>, chosen: u32) -> Result<u32, String> {
 //!     let attn = matches!(t.category, Category::AttentionQ | Category::AttentionK | Category::AttentionV);
 //!     Ok(if attn { 8 } else { chosen })
 //! }
-//! quantize::gguf_registry::submit!(Recipe::new("MY_ATTN_Q8", 1001, "q4_0", attn_q8).with_aliases(&["mine"]));
+//! gguf_quantize::gguf_registry::submit!(Recipe::new("MY_ATTN_Q8", 1001, "q4_0", attn_q8).with_aliases(&["mine"]));
 //!
 //! assert_eq!(recipe::lookup("MINE").unwrap().name, "MY_ATTN_Q8");
 //! assert!(recipe::registry_problems().problems.is_empty());
@@ -44,7 +44,7 @@ pub use imatrix::Imatrix;
 pub use recipe::{Recipe, RuleFn};
 pub use rules::{Category, ModelInfo, TensorCtx};
 
-/// The registry crate, for `quantize::gguf_registry::submit!` in plug-in crates.
+/// The registry crate, for `gguf_quantize::gguf_registry::submit!` in plug-in crates.
 pub use gguf_registry;
 /// `inventory` re-exported for plug-in recipes.
 pub use inventory;

@@ -8,7 +8,7 @@ mod common;
 use std::fmt::Write;
 
 use gguf_format::SplitGguf;
-use quantize::{recipe, Params};
+use gguf_quantize::{recipe, Params};
 
 const RECIPES: &[&str] = &[
     "Q2_K",
@@ -34,7 +34,7 @@ fn plans(shape: &common::Shape) -> String {
     let mut s = String::new();
     for name in RECIPES {
         let r = recipe::lookup(name).unwrap();
-        let plan = quantize::plan(&file, &Params::new(r)).unwrap();
+        let plan = gguf_quantize::plan(&file, &Params::new(r)).unwrap();
         let default = r.default_traits().unwrap().id;
         writeln!(s, "{name} ({} bytes):", plan.size_out()).unwrap();
         for t in plan.tensors.iter().filter(|t| t.allows_quantization && t.to != default) {
@@ -60,7 +60,7 @@ fn tensor_order_is_ggml_layer_first() {
     let path = dir.path().join("m.gguf");
     common::write_model(&path, &common::DENSE);
     let file = SplitGguf::open(&path).unwrap();
-    let plan = quantize::plan(&file, &Params::new(recipe::lookup("Q8_0").unwrap())).unwrap();
+    let plan = gguf_quantize::plan(&file, &Params::new(recipe::lookup("Q8_0").unwrap())).unwrap();
     let names: Vec<&str> = plan.tensors.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(&names[..4], ["output.weight", "output_norm.weight", "token_embd.weight", "blk.0.attn_k.weight"]);
     // Metadata: general.quantization_version then general.file_type appended last.
@@ -76,7 +76,7 @@ fn prune_renumbers_layers_and_block_count() {
     let file = SplitGguf::open(&path).unwrap();
     let mut p = Params::new(recipe::lookup("Q4_K_M").unwrap());
     p.prune_layers = vec![3, 5];
-    let plan = quantize::plan(&file, &p).unwrap();
+    let plan = gguf_quantize::plan(&file, &p).unwrap();
     assert_eq!(plan.metadata.get_u64("llama.block_count"), Some(6));
     assert!(plan.tensors.iter().all(|t| !t.name.starts_with("blk.6.") && !t.name.starts_with("blk.7.")));
     let renamed = plan.tensors.iter().find(|t| t.name == "blk.3.attn_q.weight").unwrap();

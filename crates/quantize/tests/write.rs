@@ -1,10 +1,10 @@
-//! End to end: what `quantize::write` puts in the file, and what it refuses.
+//! End to end: what `gguf_quantize::write` puts in the file, and what it refuses.
 mod common;
 
 use std::sync::atomic::AtomicBool;
 
 use gguf_format::{GgufFile, GgufWriter, SplitGguf, Value};
-use quantize::{recipe, Error, Imatrix, Params};
+use gguf_quantize::{recipe, Error, Imatrix, Params};
 
 fn model() -> (tempfile::TempDir, SplitGguf) {
     let dir = tempfile::tempdir().unwrap();
@@ -26,8 +26,8 @@ fn tensors_are_the_type_registry_quantizers_output() {
     let (dir, file) = model();
     let out = dir.path().join("out.gguf");
     let p = Params { nthread: 3, ..Params::new(recipe::lookup("Q4_K_M").unwrap()) };
-    let plan = quantize::plan(&file, &p).unwrap();
-    quantize::write(&file, &plan, &p, &out, &AtomicBool::new(false), &|_| {}).unwrap();
+    let plan = gguf_quantize::plan(&file, &p).unwrap();
+    gguf_quantize::write(&file, &plan, &p, &out, &AtomicBool::new(false), &|_| {}).unwrap();
     let q = GgufFile::open(&out).unwrap();
     assert_eq!(q.tensors().len(), file.tensors().len());
     for t in q.tensors() {
@@ -51,8 +51,8 @@ fn interrupted_run_leaves_no_file() {
     let (dir, file) = model();
     let out = dir.path().join("out.gguf");
     let p = Params::new(recipe::lookup("Q4_K_M").unwrap());
-    let plan = quantize::plan(&file, &p).unwrap();
-    let err = quantize::write(&file, &plan, &p, &out, &AtomicBool::new(true), &|_| {}).unwrap_err();
+    let plan = gguf_quantize::plan(&file, &p).unwrap();
+    let err = gguf_quantize::write(&file, &plan, &p, &out, &AtomicBool::new(true), &|_| {}).unwrap_err();
     assert!(matches!(err, Error::Interrupted), "{err}");
     assert_eq!(files_in(dir.path()), ["in.gguf"]);
 }
@@ -73,8 +73,9 @@ fn a_non_finite_weight_is_named_with_its_first_element_and_nothing_is_left() {
     let out = dir.path().join("out.gguf");
     for nthread in [1, 4] {
         let p = Params { nthread, ..Params::new(recipe::lookup("Q4_0").unwrap()) };
-        let plan = quantize::plan(&file, &p).unwrap();
-        let err = quantize::write(&file, &plan, &p, &out, &AtomicBool::new(false), &|_| {}).unwrap_err().to_string();
+        let plan = gguf_quantize::plan(&file, &p).unwrap();
+        let err =
+            gguf_quantize::write(&file, &plan, &p, &out, &AtomicBool::new(false), &|_| {}).unwrap_err().to_string();
         assert!(err.contains("blk.3.ffn_down.weight") && err.contains("NaN at element 1000"), "{err}");
         assert_eq!(files_in(dir.path()), ["in.gguf"]);
     }
@@ -85,11 +86,13 @@ fn requantized_tensors_are_the_quantizers_output_on_the_decoded_input() {
     let (dir, file) = model();
     let q8 = dir.path().join("q8.gguf");
     let p = Params { nthread: 2, ..Params::new(recipe::lookup("Q8_0").unwrap()) };
-    quantize::write(&file, &quantize::plan(&file, &p).unwrap(), &p, &q8, &AtomicBool::new(false), &|_| {}).unwrap();
+    gguf_quantize::write(&file, &gguf_quantize::plan(&file, &p).unwrap(), &p, &q8, &AtomicBool::new(false), &|_| {})
+        .unwrap();
     let q8 = SplitGguf::open(&q8).unwrap();
     let out = dir.path().join("q4.gguf");
     let p = Params { nthread: 3, allow_requantize: true, ..Params::new(recipe::lookup("Q4_0").unwrap()) };
-    quantize::write(&q8, &quantize::plan(&q8, &p).unwrap(), &p, &out, &AtomicBool::new(false), &|_| {}).unwrap();
+    gguf_quantize::write(&q8, &gguf_quantize::plan(&q8, &p).unwrap(), &p, &out, &AtomicBool::new(false), &|_| {})
+        .unwrap();
     let q4 = GgufFile::open(&out).unwrap();
     let mut requantized = 0;
     for t in q4.tensors() {
@@ -113,9 +116,9 @@ fn requantized_tensors_are_the_quantizers_output_on_the_decoded_input() {
 fn unwritable_output_is_an_error_naming_the_path() {
     let (_dir, file) = model();
     let p = Params::new(recipe::lookup("Q8_0").unwrap());
-    let plan = quantize::plan(&file, &p).unwrap();
+    let plan = gguf_quantize::plan(&file, &p).unwrap();
     let out = std::path::Path::new("/nonexistent-dir/out.gguf");
-    let err = quantize::write(&file, &plan, &p, out, &AtomicBool::new(false), &|_| {}).unwrap_err();
+    let err = gguf_quantize::write(&file, &plan, &p, out, &AtomicBool::new(false), &|_| {}).unwrap_err();
     assert!(err.to_string().contains("nonexistent-dir"), "{err}");
 }
 
@@ -130,22 +133,23 @@ fn requantizing_needs_the_flag() {
     let (dir, file) = model();
     let q8 = dir.path().join("q8.gguf");
     let p = Params::new(recipe::lookup("Q8_0").unwrap());
-    quantize::write(&file, &quantize::plan(&file, &p).unwrap(), &p, &q8, &AtomicBool::new(false), &|_| {}).unwrap();
+    gguf_quantize::write(&file, &gguf_quantize::plan(&file, &p).unwrap(), &p, &q8, &AtomicBool::new(false), &|_| {})
+        .unwrap();
     let q8 = SplitGguf::open(&q8).unwrap();
     let p = Params::new(recipe::lookup("Q4_K_M").unwrap());
-    let err = quantize::plan(&q8, &p).unwrap_err();
+    let err = gguf_quantize::plan(&q8, &p).unwrap_err();
     assert!(matches!(err, Error::Requantize { .. }), "{err}");
     let p = Params { allow_requantize: true, ..p };
-    assert!(quantize::plan(&q8, &p).is_ok());
+    assert!(gguf_quantize::plan(&q8, &p).is_ok());
 }
 
 #[test]
 fn low_bit_recipes_require_an_imatrix() {
     let (_dir, file) = model();
-    let err = quantize::plan(&file, &Params::new(recipe::lookup("IQ2_XXS").unwrap())).unwrap_err();
+    let err = gguf_quantize::plan(&file, &Params::new(recipe::lookup("IQ2_XXS").unwrap())).unwrap_err();
     assert!(matches!(err, Error::ImatrixRequired { .. }), "{err}");
     let dry = Params { dry_run: true, ..Params::new(recipe::lookup("IQ2_XXS").unwrap()) };
-    assert!(quantize::plan(&file, &dry).unwrap().needs_imatrix);
+    assert!(gguf_quantize::plan(&file, &dry).unwrap().needs_imatrix);
 }
 
 fn imatrix_file(dir: &std::path::Path, entries: &[(&str, usize)]) -> std::path::PathBuf {
@@ -174,7 +178,7 @@ fn imatrix_is_normalized_filtered_and_checked_against_shapes() {
     assert_eq!(im.datasets, ["test.txt"]);
     let mut params = Params::new(recipe::lookup("IQ4_XS").unwrap());
     params.imatrix = Some(im.clone());
-    let plan = quantize::plan(&file, &params).unwrap();
+    let plan = gguf_quantize::plan(&file, &params).unwrap();
     assert_eq!(plan.metadata.get_u64("quantize.imatrix.entries_count"), Some(2));
     assert_eq!(plan.metadata.get_u64("quantize.imatrix.chunks_count"), Some(3));
     assert_eq!(plan.metadata.get_str("quantize.imatrix.dataset"), Some("test.txt"));
@@ -184,7 +188,7 @@ fn imatrix_is_normalized_filtered_and_checked_against_shapes() {
     // An imatrix from another model: the row length does not match.
     let bad = imatrix_file(dir.path(), &[("blk.0.attn_q.weight", 128)]);
     params.imatrix = Some(Imatrix::load(&bad).unwrap());
-    let err = quantize::plan(&file, &params).unwrap_err();
+    let err = gguf_quantize::plan(&file, &params).unwrap_err();
     assert!(matches!(err, Error::ImatrixSize { expected: 256, found: 128, .. }), "{err}");
 }
 
@@ -216,7 +220,7 @@ fn legacy_imatrix_is_divided_by_ncall() {
 
 #[test]
 fn kv_overrides_parse_like_llama_cpp() {
-    use quantize::KvOverride as K;
+    use gguf_quantize::KvOverride as K;
     assert_eq!(K::parse("a.b=int:-7").unwrap(), K::Int("a.b".into(), -7));
     assert_eq!(K::parse("a=str:x=y").unwrap(), K::Str("a".into(), "x=y".into()));
     assert_eq!(K::parse("a=bool:true").unwrap(), K::Bool("a".into(), true));

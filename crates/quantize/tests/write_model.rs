@@ -1,4 +1,4 @@
-//! `cargo test -p quantize --test write_model -- --ignored DIR` helper: writes the test
+//! `cargo test -p gguf-quantize --test write_model -- --ignored DIR` helper: writes the test
 //! models to `$QUANTIZE_TEST_MODELS` so llama-quantize can be run on the same files.
 mod common;
 

@@ -348,7 +348,7 @@ impl Report {
 /// `const fn with_origin(self, &'static str) -> Self` (every built-in entry type does).
 ///
 /// ```ignore
-/// gguf_registry::submit!(models::Architecture::new("my-arch", my_load).priority(10));
+/// gguf_registry::submit!(gguf_models::Architecture::new("my-arch", my_load).priority(10));
 /// ```
 #[macro_export]
 macro_rules! submit {

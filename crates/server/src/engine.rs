@@ -2,7 +2,7 @@
 //! sized `n_ctx / n_parallel` as llama-server sizes them) and runs continuous batching —
 //! every step takes one decode token of each generating slot and the next prompt chunk of
 //! each slot still reading its prompt, and sends them through the weights together
-//! ([`models::Model::forward_batch`]).
+//! ([`gguf_models::Model::forward_batch`]).
 //!
 //! Determinism: a sequence's tokens do not depend on what shares its batch. The batch
 //! pass gives each sequence bitwise its logits alone, and prompts are always cut at
@@ -17,8 +17,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use models::{Logits, Model, Sampler, SamplerParams, Segment, State, StateOptions};
-use tokenizer::Tokenizer;
+use gguf_models::{Logits, Model, Sampler, SamplerParams, Segment, State, StateOptions};
+use gguf_tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::text::{drain_utf8, find_stop, partial_stop_len};
@@ -225,9 +225,9 @@ pub struct EngineOptions {
     /// Threads.
     pub n_threads: usize,
     /// K cache type.
-    pub cache_type_k: models::CacheType,
+    pub cache_type_k: gguf_models::CacheType,
     /// V cache type.
-    pub cache_type_v: models::CacheType,
+    pub cache_type_v: gguf_models::CacheType,
     /// Requests that may wait for a slot.
     pub queue_size: usize,
     /// llama-server's `--kv-unified`: all slots together hold at most this many cells
@@ -258,7 +258,7 @@ impl Engine {
     /// Starts the scheduler thread over `model`.
     pub fn start(model: Box<dyn Model>, tok: Arc<Tokenizer>, opts: &EngineOptions) -> Result<Engine, Error> {
         let n_parallel = opts.n_parallel.max(1);
-        let pool = Arc::new(models::Pool::new(opts.n_threads.max(1)));
+        let pool = Arc::new(gguf_models::Pool::new(opts.n_threads.max(1)));
         let mut slots = Vec::with_capacity(n_parallel);
         for id in 0..n_parallel {
             let st = model.new_state(&StateOptions {
@@ -925,7 +925,7 @@ impl Scheduler {
 /// always keep it. Then sampling is one scan for the maximum instead of the whole chain
 /// (sorting up to a vocabulary of candidates), with the same token.
 pub fn picks_argmax(p: &SamplerParams) -> bool {
-    use models::sampling::SamplerType as T;
+    use gguf_models::sampling::SamplerType as T;
     let has = |t: T| p.samplers.contains(&t);
     p.temp <= 0.0
         && has(T::Temperature)
@@ -993,7 +993,7 @@ fn probs_of(tok: &Tokenizer, logits: &[f32], id: u32, n: usize) -> TokenProbs {
 /// `gguf chat` use it too.
 pub struct Pieces<'a>(pub &'a Tokenizer);
 
-impl models::sampling::SamplerVocab for Pieces<'_> {
+impl gguf_models::sampling::SamplerVocab for Pieces<'_> {
     fn n_tokens(&self) -> usize {
         self.0.n_vocab()
     }
@@ -1011,7 +1011,7 @@ mod tests {
 
     #[test]
     fn the_argmax_shortcut_picks_what_the_chain_picks() {
-        use models::{Sampler, SamplerParams};
+        use gguf_models::{Sampler, SamplerParams};
         let greedy = SamplerParams { temp: 0.0, seed: 3, ..Default::default() };
         assert!(super::picks_argmax(&greedy));
         let mut chain = Sampler::new(greedy.clone());

@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Response};
 pub enum Error {
     /// Loading or running the model.
     #[error(transparent)]
-    Model(#[from] models::Error),
+    Model(#[from] gguf_models::Error),
     /// Tokenizing or rendering a chat template.
     #[error(transparent)]
-    Tokenizer(#[from] tokenizer::Error),
+    Tokenizer(#[from] gguf_tokenizer::Error),
     /// Reading the model file.
     #[error(transparent)]
     Format(#[from] gguf_format::Error),

@@ -15,11 +15,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use models::sampling::SamplerType;
-use models::{CacheType, SamplerParams};
+use gguf_models::sampling::SamplerType;
+use gguf_models::{CacheType, SamplerParams};
+use gguf_tokenizer::chat::{ChatTemplate, Message};
+use gguf_tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
-use tokenizer::chat::{ChatTemplate, Message};
-use tokenizer::Tokenizer;
 use tokio::sync::mpsc;
 
 use crate::api::{self, Body};
@@ -128,7 +128,7 @@ pub enum GrammarRequest {
 
 struct Ready {
     /// The grammar vocabulary, built on the first constrained request.
-    vocab: OnceLock<Result<Arc<grammar::Vocab>, String>>,
+    vocab: OnceLock<Result<Arc<gguf_grammar::Vocab>, String>>,
     engine: Engine,
     tok: Arc<Tokenizer>,
     template: ChatTemplate,
@@ -162,7 +162,7 @@ impl App {
 }
 
 fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready, Error> {
-    let (file, model) = models::load(&cfg.model)?;
+    let (file, model) = gguf_models::load(&cfg.model)?;
     let md = file.metadata();
     let tok = Arc::new(Tokenizer::from_gguf(md)?);
     let piece = |id: Option<u32>| {
@@ -170,7 +170,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     };
     let (bos, eos) = (piece(tok.bos()).unwrap_or_default(), piece(tok.eos()).unwrap_or_default());
     let template = match &cfg.chat_template {
-        Some(t) if tokenizer::chat::builtin_names().contains(&t.as_str()) => ChatTemplate::builtin(t)?,
+        Some(t) if gguf_tokenizer::chat::builtin_names().contains(&t.as_str()) => ChatTemplate::builtin(t)?,
         Some(src) => ChatTemplate::new(src, &bos, &eos)?,
         None => match ChatTemplate::from_gguf_with(md, &tok)? {
             Some(t) => t,
@@ -949,8 +949,8 @@ fn grammar_request(b: &Body<'_>) -> Result<Option<GrammarRequest>, Error> {
     }
 }
 
-/// [`grammar::Constraint`] as the scheduler's [`Constrain`].
-struct Grammar(grammar::Constraint);
+/// [`gguf_grammar::Constraint`] as the scheduler's [`Constrain`].
+struct Grammar(gguf_grammar::Constraint);
 
 impl Constrain for Grammar {
     fn apply(&mut self, logits: &mut [f32]) -> Result<(), String> {
@@ -969,17 +969,19 @@ impl Constrain for Grammar {
 fn builtin_constraint(r: &Ready, g: &GrammarRequest) -> Result<Box<dyn Constrain>, Error> {
     let vocab = r
         .vocab
-        .get_or_init(|| grammar::Vocab::from_shared_tokenizer(r.tok.clone()).map(Arc::new).map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            gguf_grammar::Vocab::from_shared_tokenizer(r.tok.clone()).map(Arc::new).map_err(|e| e.to_string())
+        })
         .clone()
         .map_err(|e| Error::NotSupported(format!("constrained decoding is not available for this model: {e}")))?;
     let bounded = api::bounded_json_whitespace;
     let spec = match g {
-        GrammarRequest::Gbnf(src) => grammar::Spec::Gbnf(src.clone()),
-        GrammarRequest::JsonSchema(v) => grammar::Spec::JsonSchema(bounded(v.clone())),
-        GrammarRequest::JsonObject => grammar::Spec::JsonSchema(bounded(json!({"type": "object"}))),
-        GrammarRequest::Lark(src) => grammar::Spec::Lark(src.clone()),
+        GrammarRequest::Gbnf(src) => gguf_grammar::Spec::Gbnf(src.clone()),
+        GrammarRequest::JsonSchema(v) => gguf_grammar::Spec::JsonSchema(bounded(v.clone())),
+        GrammarRequest::JsonObject => gguf_grammar::Spec::JsonSchema(bounded(json!({"type": "object"}))),
+        GrammarRequest::Lark(src) => gguf_grammar::Spec::Lark(src.clone()),
     };
-    let c = grammar::Constraint::new(&vocab, &spec).map_err(|e| Error::Invalid(e.to_string()))?;
+    let c = gguf_grammar::Constraint::new(&vocab, &spec).map_err(|e| Error::Invalid(e.to_string()))?;
     Ok(Box::new(Grammar(c)))
 }
 
@@ -1671,9 +1673,9 @@ mod tests {
         bytes.push(b"</s>".to_vec());
         let mut special = vec![false; 256];
         special.push(true);
-        let vocab = Arc::new(grammar::Vocab::new(bytes, special, vec![256]).unwrap());
+        let vocab = Arc::new(gguf_grammar::Vocab::new(bytes, special, vec![256]).unwrap());
         let accepts = |lark: &str, text: &str| -> bool {
-            let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::Lark(lark.to_string())).unwrap();
+            let mut c = gguf_grammar::Constraint::new(&vocab, &gguf_grammar::Spec::Lark(lark.to_string())).unwrap();
             for &b in text.as_bytes() {
                 if !c.is_allowed(b as u32).unwrap() {
                     return false;

@@ -1,7 +1,7 @@
 //! Streaming text: complete UTF-8 out of token bytes, and stop strings held back while
 //! they may still be forming (llama-server's `find_partial_stop_string`).
 
-pub use tokenizer::drain_utf8;
+pub use gguf_tokenizer::drain_utf8;
 
 /// Where the first stop string occurs in `text` at or after byte `from` (searching a few
 /// bytes back so a stop spanning two tokens is found): `(position, the stop string)`.

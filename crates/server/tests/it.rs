@@ -6,11 +6,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 use serde_json::{json, Value};
 
 struct Srv {
-    handle: Option<server::Handle>,
+    handle: Option<gguf_server::Handle>,
     base: String,
     _dir: tempfile::TempDir,
 }
@@ -24,9 +24,9 @@ fn model(dir: &tempfile::TempDir) -> PathBuf {
     p
 }
 
-fn start(f: impl FnOnce(&mut server::Config)) -> Srv {
+fn start(f: impl FnOnce(&mut gguf_server::Config)) -> Srv {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = server::Config {
+    let mut cfg = gguf_server::Config {
         model: model(&dir),
         port: 0,
         n_parallel: 4,
@@ -37,7 +37,7 @@ fn start(f: impl FnOnce(&mut server::Config)) -> Srv {
         ..Default::default()
     };
     f(&mut cfg);
-    let handle = server::spawn(cfg, None).unwrap();
+    let handle = gguf_server::spawn(cfg, None).unwrap();
     let base = format!("http://{}", handle.addr);
     let t0 = Instant::now();
     loop {
@@ -515,8 +515,8 @@ fn a_model_that_fails_to_load_stops_the_server_with_its_error() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.gguf");
     std::fs::write(&bad, b"definitely not gguf").unwrap();
-    let cfg = server::Config { model: bad, port: 0, announce: false, ..Default::default() };
-    let h = server::spawn(cfg, None).unwrap();
+    let cfg = gguf_server::Config { model: bad, port: 0, announce: false, ..Default::default() };
+    let h = gguf_server::spawn(cfg, None).unwrap();
     let url = format!("http://{}/health", h.addr);
     let t0 = Instant::now();
     loop {

@@ -1,4 +1,4 @@
-//! Times `encode` on a file: `cargo run --release -p tokenizer --example encode_bench -- MODEL.gguf TEXT [parse_special]`.
+//! Times `encode` on a file: `cargo run --release -p gguf-tokenizer --example encode_bench -- MODEL.gguf TEXT [parse_special]`.
 
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let f = gguf_format::GgufFile::open(&args[1])?;
     let t0 = Instant::now();
-    let tok = tokenizer::Tokenizer::from_gguf(f.metadata())?;
+    let tok = gguf_tokenizer::Tokenizer::from_gguf(f.metadata())?;
     eprintln!("load: {:.3}s", t0.elapsed().as_secs_f64());
     let text = std::fs::read(&args[2])?;
     let parse_special = args.get(3).is_some_and(|s| s == "1" || s == "true");

@@ -24,11 +24,11 @@
 //! speed can get hand-written code too ([`pretok::FastSplitter`]).
 //!
 //! ```
-//! use tokenizer::pretok::{self, PreTokenizer};
+//! use gguf_tokenizer::pretok::{self, PreTokenizer};
 //!
 //! // Digits one by one, then GPT-2's rules.
 //! const GPT2: &str = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
-//! tokenizer::gguf_registry::submit!(PreTokenizer::new("MINE", &["mine"], &["\\p{N}", GPT2]));
+//! gguf_tokenizer::gguf_registry::submit!(PreTokenizer::new("MINE", &["mine"], &["\\p{N}", GPT2]));
 //!
 //! assert_eq!(pretok::lookup("mine").unwrap().kind, "MINE");
 //! let split = pretok::CompiledPre::new(pretok::lookup("mine").unwrap().regexes, false).unwrap();
@@ -57,7 +57,7 @@ mod wpm;
 use std::collections::BTreeSet;
 
 pub use decode::{drain_utf8, StreamDecoder};
-/// The registry crate, for `tokenizer::gguf_registry::submit!` in plug-in crates.
+/// The registry crate, for `gguf_tokenizer::gguf_registry::submit!` in plug-in crates.
 pub use gguf_registry;
 pub use inventory;
 use texts::Texts;

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokenizer::chat::{ChatTemplate, Message};
+use gguf_tokenizer::chat::{ChatTemplate, Message};
 
 /// The longest a hostile case may take (the default deadline is 10 s; most cases are
 /// refused in milliseconds).
@@ -406,7 +406,7 @@ fn unary_minus_chain_long() {
 
 #[test]
 fn limits_can_be_overridden() {
-    use tokenizer::chat::TemplateLimits;
+    use gguf_tokenizer::chat::TemplateLimits;
     let t = ChatTemplate::new("{{ 'a' * 1000 }}", "", "").unwrap();
     assert_eq!(t.render(&[], false, None).unwrap().len(), 1000);
     let small = TemplateLimits { max_output: 100, ..TemplateLimits::default() };

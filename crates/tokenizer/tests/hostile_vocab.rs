@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use gguf_format::{Array, Metadata, Value};
-use tokenizer::Tokenizer;
+use gguf_tokenizer::Tokenizer;
 
 fn strings<S: AsRef<[u8]>>(v: &[S]) -> Value {
     Value::Array(Array::String(v.iter().map(|s| s.as_ref().to_vec()).collect()))
@@ -13,7 +13,7 @@ fn strings<S: AsRef<[u8]>>(v: &[S]) -> Value {
 
 /// The 256 GPT-2 byte symbols.
 fn byte_symbols() -> Vec<Vec<u8>> {
-    let table = tokenizer::unicode::byte_to_cpt_table();
+    let table = gguf_tokenizer::unicode::byte_to_cpt_table();
     (0..256).map(|b| char::from_u32(table[b]).unwrap().to_string().into_bytes()).collect()
 }
 

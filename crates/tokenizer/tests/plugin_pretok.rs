@@ -8,8 +8,8 @@
 use gguf_format::{Array, Metadata, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokenizer::pretok::{self, CompiledPre, FastSplitter, PreTokenizer, Words};
-use tokenizer::{gguf_registry, Tokenizer};
+use gguf_tokenizer::pretok::{self, CompiledPre, FastSplitter, PreTokenizer, Words};
+use gguf_tokenizer::{gguf_registry, Tokenizer};
 
 const GPT2: &str = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 
@@ -57,7 +57,7 @@ mod dashes {
 }
 
 fn vocab(pre: &str) -> Metadata {
-    let table = tokenizer::unicode::byte_to_cpt_table();
+    let table = gguf_tokenizer::unicode::byte_to_cpt_table();
     let mut toks: Vec<Vec<u8>> = (0..256).map(|b| char::from_u32(table[b]).unwrap().to_string().into_bytes()).collect();
     let merges = ["1 2", "12 3", "a b"];
     for m in merges {
@@ -97,7 +97,7 @@ fn a_duplicate_builtin_pretokenizer_is_reported() {
     assert_eq!(r.problems.len(), 1, "{:?}", r.problems);
     let p = &r.problems[0];
     assert!(p.contains("pre-tokenizer `gpt-2` is registered 2 times at priority 0"), "{p}");
-    assert!(p.contains("plugin_pretok::a_duplicate") && p.contains("tokenizer::pretok"), "{p}");
+    assert!(p.contains("plugin_pretok::a_duplicate") && p.contains("gguf_tokenizer::pretok"), "{p}");
     assert_eq!(pretok::lookup("gpt-2").unwrap().origin, "plugin_pretok::a_duplicate");
 }
 

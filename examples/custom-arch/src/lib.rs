@@ -1,14 +1,14 @@
 //! An architecture registered from outside the core crates: `demo-gelu-llama`, a llama
 //! whose FFN gates with GELU instead of SiLU and whose logits are soft-capped at 30.
 //!
-//! An architecture is one [`models::Architecture`] entry: the `general.architecture`
+//! An architecture is one [`gguf_models::Architecture`] entry: the `general.architecture`
 //! value it answers to and a loader. One of the llama family only states what differs
-//! from [`models::transformer::Spec::llama`] and lets [`models::load_with`] read the
+//! from [`gguf_models::transformer::Spec::llama`] and lets [`gguf_models::load_with`] read the
 //! hyperparameters (under its own `demo-gelu-llama.` prefix) and the weights:
 //!
 //! ```ignore
-//! models::gguf_registry::submit!(models::Architecture::new(NAME, |file| {
-//!     models::load_with(file, NAME, RopeMode::Normal, |_loader, _hparams, spec| {
+//! gguf_models::gguf_registry::submit!(gguf_models::Architecture::new(NAME, |file| {
+//!     gguf_models::load_with(file, NAME, RopeMode::Normal, |_loader, _hparams, spec| {
 //!         spec.activation = Activation::Gelu;
 //!         spec.final_softcap = Some(30.0);
 //!         Ok(())
@@ -24,14 +24,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-use models::rope::RopeMode;
-use models::transformer::Activation;
+use gguf_models::rope::RopeMode;
+use gguf_models::transformer::Activation;
 
 /// The `general.architecture` this crate adds.
 pub const NAME: &str = "demo-gelu-llama";
 
-models::gguf_registry::submit!(models::Architecture::new(NAME, |file| {
-    models::load_with(file, NAME, RopeMode::Normal, |_, _, spec| {
+gguf_models::gguf_registry::submit!(gguf_models::Architecture::new(NAME, |file| {
+    gguf_models::load_with(file, NAME, RopeMode::Normal, |_, _, spec| {
         spec.activation = Activation::Gelu;
         spec.final_softcap = Some(30.0);
         Ok(())

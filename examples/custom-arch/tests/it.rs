@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use models::synthetic::{write, Tiny};
-use models::Logits;
+use gguf_models::synthetic::{write, Tiny};
+use gguf_models::Logits;
 
 const WITH: &str = env!("CARGO_BIN_EXE_gguf-custom-arch");
 const WITHOUT: &str = env!("CARGO_BIN_EXE_gguf-without-custom-arch");
@@ -46,8 +46,8 @@ fn the_rebuilt_binary_runs_the_plugin_architecture() {
     let o = logits(WITH, &demo, &out);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let got = f32s(&out);
-    let (_f, model) = models::load(&demo).unwrap();
-    let mut st = model.new_state(&models::StateOptions::default()).unwrap();
+    let (_f, model) = gguf_models::load(&demo).unwrap();
+    let mut st = model.new_state(&gguf_models::StateOptions::default()).unwrap();
     let want = model.forward(st.as_mut(), &[1, 2, 3, 4, 5], Logits::All).unwrap();
     assert_eq!(got.len(), want.len());
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "binary and library differ");
@@ -75,5 +75,5 @@ fn the_registry_check_counts_the_plugin() {
     };
     assert!(line(&with).starts_with("architectures: 6 registered, 0 problem(s)"), "{}", line(&with));
     assert!(line(&without).starts_with("architectures: 5 registered"), "{}", line(&without));
-    assert!(models::architectures().iter().any(|a| a.name == custom_arch::NAME && a.origin == "custom_arch"));
+    assert!(gguf_models::architectures().iter().any(|a| a.name == custom_arch::NAME && a.origin == "custom_arch"));
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gguf_format::{Array, Value};
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_gguf-custom-pretok");
 const STOCK: &str = env!("CARGO_BIN_EXE_gguf-without-custom-pretok");
@@ -62,7 +62,7 @@ fn vocab() -> (Vec<String>, Vec<String>) {
     (tokens, merges)
 }
 
-/// A runnable tiny llama (`models::synthetic`) with that vocabulary and `pre`.
+/// A runnable tiny llama (`gguf_models::synthetic`) with that vocabulary and `pre`.
 fn model(dir: &Path, pre: &str) -> PathBuf {
     let (tokens, merges) = vocab();
     let n = tokens.len();

@@ -114,13 +114,14 @@ fn ok(o: &std::process::Output, what: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A tiny llama (`models::synthetic`, byte-level tokenizer) with every matrix whose rows
+/// A tiny llama (`gguf_models::synthetic`, byte-level tokenizer) with every matrix whose rows
 /// are whole blocks stored as `q8_demo` (token_embd too: its rows are read through the
 /// plug-in's `dequantize`, and as the tied output it is a 257-row product, not whole
 /// 4-row groups, so it runs unrepacked), norms in F32.
 fn tiny_q8_demo(dir: &std::path::Path) -> std::path::PathBuf {
     let src_path = dir.join("f32.gguf");
-    models::synthetic::write(&models::synthetic::Tiny::new("llama").with_tokenizer(), &src_path, None, &[]).unwrap();
+    gguf_models::synthetic::write(&gguf_models::synthetic::Tiny::new("llama").with_tokenizer(), &src_path, None, &[])
+        .unwrap();
     let src = GgufFile::open(&src_path).unwrap();
     let demo = ggml_quants::by_id(Q8_DEMO_ID).unwrap();
     let mut w = GgufWriter::new();

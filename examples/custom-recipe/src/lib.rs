@@ -8,7 +8,7 @@
 //!
 //! 1. **The rule** ([`rule`]): `fn(&Recipe, &TensorCtx, chosen) -> Result<type id,
 //!    String>`. It sees each tensor that may be quantized (not norms, not 1-D tensors)
-//!    with its name, [`quantize::Category`] (`AttentionQ`, `FfnDown`, `Output`, ...),
+//!    with its name, [`gguf_quantize::Category`] (`AttentionQ`, `FfnDown`, `Output`, ...),
 //!    shape and model facts (layers, experts, tied embeddings, whether an imatrix was
 //!    given); `chosen` is the default type. An `Err` refuses the model with that reason.
 //!    `--pure`, `--tensor-type`, `--output-tensor-type` and `--token-embedding-type`
@@ -18,7 +18,7 @@
 //!    `.with_aliases(..)`, `.with_description(..)` (shown in `gguf quantize --help`);
 //!    names match case-insensitively, the `ftype` number works as a name too.
 //! 3. **Register it** with `gguf_registry::submit!(..)` (records this module). A name
-//!    already taken is a clash in `quantize::recipe::registry_problems()` and
+//!    already taken is a clash in `gguf_quantize::recipe::registry_problems()` and
 //!    `gguf types --check`; `.priority(1)` replaces a built-in deliberately.
 //! 4. **A binary** (`src/bin/gguf-custom-recipe.rs`): `use custom_recipe as _;` and
 //!    `fn main() -> ExitCode { gguf_cli::main() }`. The stock `gguf quantize` refuses the
@@ -29,7 +29,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use quantize::{Category, Recipe, TensorCtx};
+use gguf_quantize::{Category, Recipe, TensorCtx};
 
 /// The recipe's name.
 pub const NAME: &str = "DEMO_ATTN_Q8_0";
@@ -61,16 +61,16 @@ gguf_registry::submit!(Recipe::new(NAME, FTYPE, "q4_0", rule)
 mod tests {
     #[test]
     fn registered_and_found_by_name_alias_and_number() {
-        let r = quantize::recipe::lookup(super::NAME).unwrap();
+        let r = gguf_quantize::recipe::lookup(super::NAME).unwrap();
         assert_eq!((r.origin, r.ftype, r.default_type), ("custom_recipe", super::FTYPE, "q4_0"));
-        assert_eq!(quantize::recipe::lookup("Demo-Attn-Q8").unwrap().name, super::NAME);
-        assert_eq!(quantize::recipe::lookup(&super::FTYPE.to_string()).unwrap().name, super::NAME);
+        assert_eq!(gguf_quantize::recipe::lookup("Demo-Attn-Q8").unwrap().name, super::NAME);
+        assert_eq!(gguf_quantize::recipe::lookup(&super::FTYPE.to_string()).unwrap().name, super::NAME);
         assert_eq!(super::Q8_0, ggml_id("q8_0"));
-        let p = quantize::recipe::registry_problems();
+        let p = gguf_quantize::recipe::registry_problems();
         assert!(p.problems.is_empty() && p.overrides.is_empty(), "{p:?}");
     }
 
     fn ggml_id(name: &str) -> u32 {
-        quantize::recipe::all().iter().find(|r| r.default_type == name).unwrap().default_traits().unwrap().id
+        gguf_quantize::recipe::all().iter().find(|r| r.default_type == name).unwrap().default_traits().unwrap().id
     }
 }

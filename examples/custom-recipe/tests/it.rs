@@ -5,7 +5,7 @@
 
 use std::process::{Command, Output};
 
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_gguf-custom-recipe");
 const STOCK: &str = env!("CARGO_BIN_EXE_gguf-without-custom-recipe");

@@ -311,16 +311,16 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// `cargo build --release -p cli`; returns `target/release/gguf`.
+/// `cargo build --release -p gguf-cli`; returns `target/release/gguf`.
 pub fn build_cli() -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("cargo build --release -p cli");
+    eprintln!("cargo build --release -p gguf-cli");
     let st = Command::new(cargo)
-        .args(["build", "--release", "-p", "cli"])
+        .args(["build", "--release", "-p", "gguf-cli"])
         .current_dir(workspace_root())
         .status()
         .context("running cargo")?;
-    ensure!(st.success(), "cargo build --release -p cli failed");
+    ensure!(st.success(), "cargo build --release -p gguf-cli failed");
     let bin = target_dir().join("release").join("gguf");
     ensure!(bin.is_file(), "{} not found after the build", bin.display());
     Ok(bin)

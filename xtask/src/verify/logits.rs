@@ -169,7 +169,7 @@ pub fn gguf_binary(explicit: Option<&Path>) -> Result<PathBuf> {
         Some(p) => p.to_path_buf(),
         None => super::workspace_root().join("target").join("release").join("gguf"),
     };
-    ensure!(p.is_file(), "no {}: build it with `cargo build --release -p cli`", p.display());
+    ensure!(p.is_file(), "no {}: build it with `cargo build --release -p gguf-cli`", p.display());
     Ok(p)
 }
 

@@ -17,7 +17,7 @@
 //! The binary under test: `$GGUF_QUANTIZE_BIN` (split on whitespace: program and leading
 //! arguments, e.g. `"target/release/gguf quantize"` or a `llama-quantize`), else `--gguf BIN`
 //! (run as `BIN quantize ...`), else `target/release/gguf quantize` after
-//! `cargo build --release -p cli --bin gguf`. `--self-check` runs llama-quantize against
+//! `cargo build --release -p gguf-cli --bin gguf`. `--self-check` runs llama-quantize against
 //! itself (every case must pass); with `--plant FROM=TO` the "ours" run gets recipe TO
 //! where the case says FROM (`--plant Q4_K_M=Q4_K_S`), to show that a difference is found.
 //!
@@ -435,15 +435,15 @@ fn ours(opts: &QuantOpts, llama: &Path) -> Result<Tool> {
         });
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("cargo build --release -p cli --bin gguf");
+    eprintln!("cargo build --release -p gguf-cli --bin gguf");
     let st = Command::new(cargo)
-        .args(["build", "--release", "-p", "cli", "--bin", "gguf"])
+        .args(["build", "--release", "-p", "gguf-cli", "--bin", "gguf"])
         .current_dir(workspace_root())
         .status()
         .context("running cargo")?;
     ensure!(
         st.success(),
-        "cargo build --release -p cli --bin gguf failed (or test another binary: GGUF_QUANTIZE_BIN, --gguf BIN, --self-check)"
+        "cargo build --release -p gguf-cli --bin gguf failed (or test another binary: GGUF_QUANTIZE_BIN, --gguf BIN, --self-check)"
     );
     let bin = target_dir().join("release").join("gguf");
     ensure!(bin.is_file(), "{} not found after the build", bin.display());

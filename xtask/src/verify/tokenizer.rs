@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use gguf_tokenizer::Tokenizer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokenizer::Tokenizer;
 
 use super::{Check, Report};
 use crate::llama_vocab::LlamaLib;
@@ -195,7 +195,7 @@ fn registry(src: &Path, report: &mut Report) {
     match source_pre_names(src) {
         Err(e) => report.push(Check::error(GROUP_REG, "names", e)),
         Ok(names) => {
-            let ours = tokenizer::pretok::known_names();
+            let ours = gguf_tokenizer::pretok::known_names();
             let missing: Vec<&String> = names.iter().filter(|n| !ours.contains(&n.as_str())).collect();
             let extra: Vec<&&str> = ours.iter().filter(|n| !names.iter().any(|m| m == *n)).collect();
             let mut note = format!("{} names in llama-vocab.cpp, {} registered", names.len(), ours.len());
@@ -230,7 +230,7 @@ fn registry(src: &Path, report: &mut Report) {
         for (names, kind, flags) in &branches {
             for name in names {
                 n += 1;
-                let Ok(p) = tokenizer::pretok::lookup(name) else {
+                let Ok(p) = gguf_tokenizer::pretok::lookup(name) else {
                     fail(format!("{name}: not registered"), &mut note, &mut bad);
                     continue;
                 };
@@ -284,7 +284,7 @@ fn registry(src: &Path, report: &mut Report) {
         }
         // the default (missing pre) entry
         n += 1;
-        let d = tokenizer::pretok::lookup("default")?;
+        let d = gguf_tokenizer::pretok::lookup("default")?;
         if regexes.get("DEFAULT").map(|(r, _)| r.clone()) != Some(d.regexes.iter().map(|r| r.to_string()).collect()) {
             fail("default: regexes differ".into(), &mut note, &mut bad);
         }
@@ -686,7 +686,7 @@ fn pre_sweep(cache: &Path, lib: &LlamaLib, cases: &[Vec<u8>], step: usize, repor
     let dir = super::gguf::scratch()?.join("pre-sweep");
     std::fs::create_dir_all(&dir)?;
     let sub: Vec<&Vec<u8>> = cases.iter().step_by(step).collect();
-    for name in tokenizer::pretok::known_names() {
+    for name in gguf_tokenizer::pretok::known_names() {
         if name == "whitespace" {
             // its words keep spaces (raw `\S+` split), and llama.cpp's find_bpe_rank asserts
             // on a space: it only works with the `whitespace` tokenizer model
@@ -954,7 +954,7 @@ fn oracle_render(
 /// two model templates vs Python jinja2 on every conversation (tool calls included).
 pub fn chat_check(cache: &Path, lib: &LlamaLib, report: &mut Report) -> Result<()> {
     let oracle = chat_oracle(cache)?;
-    use tokenizer::chat::{ChatTemplate, Message};
+    use gguf_tokenizer::chat::{ChatTemplate, Message};
     let convs = conversations();
     let to_msgs = |c: &serde_json::Value| -> Result<Vec<Message>> {
         c.as_array().context("array")?.iter().map(|m| Message::from_json(m).map_err(Into::into)).collect()
@@ -1071,7 +1071,7 @@ pub fn chat_check(cache: &Path, lib: &LlamaLib, report: &mut Report) -> Result<(
         }
     }
     // built-in templates vs llama.cpp's by name
-    for name in tokenizer::chat::builtin_names() {
+    for name in gguf_tokenizer::chat::builtin_names() {
         let t = ChatTemplate::builtin(name)?;
         let (mut n, mut bad, mut note) = (0u64, 0u64, String::new());
         for (c, add) in convs.iter().filter(|(c, _)| !has_tools(c)) {

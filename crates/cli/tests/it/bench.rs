@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use gguf_format::Value;
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 use super::{assert_clean_error, gguf, Out};
 

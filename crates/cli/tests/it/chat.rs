@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 fn chat(args: &[&str], input: &str) -> (i32, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gguf"))

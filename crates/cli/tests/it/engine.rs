@@ -1,9 +1,9 @@
 //! `gguf run` and `logits` end to end on a tiny random model with a byte-level
-//! tokenizer (`models::synthetic`).
+//! tokenizer (`gguf_models::synthetic`).
 
 use std::path::PathBuf;
 
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 use super::{assert_clean_error, gguf};
 

@@ -3,7 +3,7 @@
 //! Every case must end in a clear error (or a bounded result): an exit code below 128 (no
 //! signal, no abort), no "panicked", inside its time, and no temporary left behind.
 //!
-//! `GGUF_HOSTILE_REPORT=1 cargo test -p cli --test it hostile -- --nocapture` prints each
+//! `GGUF_HOSTILE_REPORT=1 cargo test -p gguf-cli --test it hostile -- --nocapture` prints each
 //! case's exit code, time and peak RSS (from `/usr/bin/time` where present);
 //! `GGUF_HOSTILE_BIN=<older gguf>` runs the cases against another build (for a
 //! before/after table).
@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gguf_format::{Array, GgufFile, GgufWriter, Value};
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 /// Address space each case may use. Generous for a debug build, far below what the
 /// unbounded paths asked for (terabytes).

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use models::synthetic::{write, Tiny};
+use gguf_models::synthetic::{write, Tiny};
 
 use super::gguf;
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grammar::{Constraint, Spec, Vocab};
+use gguf_grammar::{Constraint, Spec, Vocab};
 
 /// splitmix64.
 pub struct Rng(pub u64);
@@ -112,7 +112,7 @@ pub fn model_vocab(file: &str) -> Option<Arc<Vocab>> {
         return None;
     }
     let f = gguf_format::SplitGguf::open(&path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
-    let tok = Arc::new(tokenizer::Tokenizer::from_gguf(f.metadata()).expect("tokenizer"));
+    let tok = Arc::new(gguf_tokenizer::Tokenizer::from_gguf(f.metadata()).expect("tokenizer"));
     Some(Arc::new(Vocab::from_shared_tokenizer(tok).expect("vocab")))
 }
 

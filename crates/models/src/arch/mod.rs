@@ -32,9 +32,9 @@ pub fn base_spec(ld: &Loader<'_>, rope_mode: RopeMode) -> Result<Spec> {
 /// plug-in architecture of the llama family needs:
 ///
 /// ```ignore
-/// models::gguf_registry::submit!(models::Architecture::new("my-llama", |file| {
-///     models::load_with(file, "my-llama", models::rope::RopeMode::Neox, |_, _, spec| {
-///         spec.activation = models::transformer::Activation::Gelu;
+/// gguf_models::gguf_registry::submit!(gguf_models::Architecture::new("my-llama", |file| {
+///     gguf_models::load_with(file, "my-llama", gguf_models::rope::RopeMode::Neox, |_, _, spec| {
+///         spec.activation = gguf_models::transformer::Activation::Gelu;
 ///         Ok(())
 ///     })
 /// }));

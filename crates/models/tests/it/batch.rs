@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use models::synthetic::{write, Tiny};
-use models::{Logits, Model, Segment, State, StateOptions};
+use gguf_models::synthetic::{write, Tiny};
+use gguf_models::{Logits, Model, Segment, State, StateOptions};
 
 fn opts(ub: usize, n_ctx: usize) -> StateOptions {
     StateOptions { n_ctx, n_threads: 2, n_ubatch: ub, ..Default::default() }
@@ -46,7 +46,7 @@ fn alone(model: &dyn Model, s: &Seq, ub: usize, n_ctx: usize) -> Vec<Vec<u32>> {
 /// step `i` (its prompt shares the pass with the others' decode tokens), then each step
 /// carries one token of every sequence still decoding.
 fn together(model: &dyn Model, ss: &[Seq], ub: usize, n_ctx: usize) -> Vec<Vec<Vec<u32>>> {
-    let pool = std::sync::Arc::new(models::Pool::new(2));
+    let pool = std::sync::Arc::new(gguf_models::Pool::new(2));
     let mut states: Vec<Box<dyn State>> = ss
         .iter()
         .map(|_| model.new_state(&StateOptions { pool: Some(pool.clone()), ..opts(ub, n_ctx) }).unwrap())
@@ -106,7 +106,7 @@ fn a_batch_gives_every_sequence_its_logits_alone_on_every_architecture() {
             let d = tempfile::tempdir().unwrap();
             let p = d.path().join("m.gguf");
             write(&t, &p, None, &[]).unwrap();
-            let (_f, model) = models::load(&p).unwrap();
+            let (_f, model) = gguf_models::load(&p).unwrap();
             // a 70-token prompt (tiled attention, 3 ubatches of 32), short ones, a 1-token one
             check(model.as_ref(), 32, 160, &[(70, 6), (5, 4), (1, 7), (9, 3), (2, 5)], &format!("{arch} q8={q8}"));
         }
@@ -130,7 +130,7 @@ fn a_batch_gives_every_sequence_its_logits_alone_on_real_models() {
         ["SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "gemma-3-270m-q4_k_m.gguf"]
     {
         let Some(p) = real_model(name) else { continue };
-        let (_f, model) = models::load(&p).unwrap();
+        let (_f, model) = gguf_models::load(&p).unwrap();
         check(model.as_ref(), 64, 256, &[(80, 3), (7, 4), (1, 3), (20, 2)], name);
     }
 }

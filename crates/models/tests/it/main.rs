@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gguf_format::{GgufFile, GgufWriter, SplitGguf, Value};
-use models::synthetic::{write, Tiny};
-use models::{Logits, Model, StateOptions};
+use gguf_models::synthetic::{write, Tiny};
+use gguf_models::{Logits, Model, StateOptions};
 
 fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
@@ -53,7 +53,7 @@ fn every_builtin_architecture_runs_and_decodes_incrementally() {
             t.q8 = q8;
             let (_d, p) = tmp("m.gguf");
             write(&t, &p, None, &[]).unwrap();
-            let (_f, model) = models::load(&p).unwrap();
+            let (_f, model) = gguf_models::load(&p).unwrap();
             assert_eq!(model.arch(), arch);
             assert_eq!(model.n_vocab(), 50);
             check_incremental(model.as_ref(), 12, 2);
@@ -70,7 +70,7 @@ fn the_sliding_window_changes_gemma3_logits_beyond_the_window() {
     write(&t, &p2, None, &[("gemma3.attention.sliding_window_pattern", Value::U32(1))]).unwrap();
     let tokens: Vec<u32> = (0..10).collect();
     let run = |p: &Path| {
-        let (_f, m) = models::load(p).unwrap();
+        let (_f, m) = gguf_models::load(p).unwrap();
         let mut st = m.new_state(&opts(1)).unwrap();
         m.forward(st.as_mut(), &tokens, Logits::All).unwrap()
     };
@@ -84,7 +84,7 @@ fn unknown_architecture_lists_the_known() {
     let t = Tiny::new("mamba9");
     let (_d, p) = tmp("u.gguf");
     write(&t, &p, None, &[]).unwrap();
-    let err = models::load(&p).err().unwrap().to_string();
+    let err = gguf_models::load(&p).err().unwrap().to_string();
     assert!(err.contains("mamba9") && err.contains("llama") && err.contains("qwen3moe"), "{err}");
 }
 
@@ -92,7 +92,7 @@ fn unknown_architecture_lists_the_known() {
 fn missing_tensor_and_key_are_named() {
     let (_d, p) = tmp("m.gguf");
     write(&Tiny::new("llama"), &p, Some("blk.1.ffn_down.weight"), &[]).unwrap();
-    let err = models::load(&p).err().unwrap().to_string();
+    let err = gguf_models::load(&p).err().unwrap().to_string();
     assert!(err.contains("blk.1.ffn_down.weight"), "{err}");
 
     let file = GgufFile::open(&p).unwrap();
@@ -100,7 +100,7 @@ fn missing_tensor_and_key_are_named() {
     w.metadata_mut().remove("llama.embedding_length");
     let (_d2, p2) = tmp("k.gguf");
     w.write_to_path(&p2).unwrap();
-    let err = models::load(&p2).err().unwrap().to_string();
+    let err = gguf_models::load(&p2).err().unwrap().to_string();
     assert!(err.contains("llama.embedding_length"), "{err}");
 }
 
@@ -110,7 +110,7 @@ fn wrong_shape_is_named() {
     let (_d, p) = tmp("s.gguf");
     // head_count 8 with key_length 16 wants attn_q of 128 rows; the file has 64
     write(&t, &p, None, &[("llama.attention.head_count", Value::U32(8))]).unwrap();
-    let err = models::load(&p).err().unwrap().to_string();
+    let err = gguf_models::load(&p).err().unwrap().to_string();
     assert!(err.contains("attn_q.weight") && err.contains("shape"), "{err}");
 }
 
@@ -118,7 +118,7 @@ fn wrong_shape_is_named() {
 fn context_overflow_and_bad_token_are_errors() {
     let (_d, p) = tmp("c.gguf");
     write(&Tiny::new("llama"), &p, None, &[]).unwrap();
-    let (_f, m) = models::load(&p).unwrap();
+    let (_f, m) = gguf_models::load(&p).unwrap();
     let mut st = m.new_state(&StateOptions { n_ctx: 8, n_threads: 1, ..Default::default() }).unwrap();
     let err = m.forward(st.as_mut(), &[1; 9], Logits::Last).unwrap_err().to_string();
     assert!(err.contains("9 tokens") && err.contains("context of 8"), "{err}");
@@ -128,31 +128,31 @@ fn context_overflow_and_bad_token_are_errors() {
 
 // A third-party architecture: registered from outside the crate, reusing the shared
 // transformer with its own spec.
-models::gguf_registry::submit! {
-    models::Architecture {
+gguf_models::gguf_registry::submit! {
+    gguf_models::Architecture {
         name: "toy-llama",
         load: |file: Arc<SplitGguf>| {
-            let ld = models::loader::Loader::new(&file, "toy-llama");
-            let hp = models::hparams::Hparams::read(&ld)?;
-            let mut spec = models::transformer::Spec::llama(models::rope::RopeMode::Neox);
+            let ld = gguf_models::loader::Loader::new(&file, "toy-llama");
+            let hp = gguf_models::hparams::Hparams::read(&ld)?;
+            let mut spec = gguf_models::transformer::Spec::llama(gguf_models::rope::RopeMode::Neox);
             spec.embed_scale = Some(2.0);
             spec.final_softcap = Some(5.0);
             spec.moe_norm_weights = false;
-            Ok(Box::new(models::transformer::Transformer::load(file.clone(), "toy-llama", hp, spec)?))
+            Ok(Box::new(gguf_models::transformer::Transformer::load(file.clone(), "toy-llama", hp, spec)?))
         },
-        ..models::Architecture::BASE
+        ..gguf_models::Architecture::BASE
     }
 }
 
 #[test]
 fn a_third_party_architecture_registers_and_runs() {
-    assert!(models::architectures().iter().any(|a| a.name == "toy-llama"));
-    let r = models::registry_problems();
+    assert!(gguf_models::architectures().iter().any(|a| a.name == "toy-llama"));
+    let r = gguf_models::registry_problems();
     assert!(r.problems.is_empty() && r.overrides.is_empty(), "{r:?}");
     let t = Tiny::new("toy-llama");
     let (_d, p) = tmp("t.gguf");
     write(&t, &p, None, &[]).unwrap();
-    let (_f, m) = models::load(&p).unwrap();
+    let (_f, m) = gguf_models::load(&p).unwrap();
     let mut st = m.new_state(&opts(1)).unwrap();
     let l = m.forward(st.as_mut(), &[1, 2, 3], Logits::Last).unwrap();
     assert!(l.iter().all(|x| x.abs() <= 5.0), "softcap applies");
@@ -171,7 +171,7 @@ fn an_unknown_tensor_type_is_named() {
     assert_eq!(u32::from_le_bytes(bytes[ty..ty + 4].try_into().unwrap()), 0);
     bytes[ty..ty + 4].copy_from_slice(&99u32.to_le_bytes());
     std::fs::write(&p, &bytes).unwrap();
-    let err = models::load(&p).err().unwrap().to_string();
+    let err = gguf_models::load(&p).err().unwrap().to_string();
     assert!(err.contains("blk.0.attn_q.weight") && err.contains("99"), "{err}");
 }
 
@@ -180,7 +180,7 @@ fn long_batches_take_the_tiled_attention_path_and_still_match_decoding() {
     for arch in ["llama", "gemma3"] {
         let (_d, p) = tmp("long.gguf");
         write(&Tiny::new(arch), &p, None, &[]).unwrap();
-        let (_f, model) = models::load(&p).unwrap();
+        let (_f, model) = gguf_models::load(&p).unwrap();
         let tokens: Vec<u32> = (0..70u32).map(|i| (i * 13 + 5) % 50).collect();
         let o = StateOptions { n_ctx: 128, n_threads: 2, ..Default::default() };
         let mut st = model.new_state(&o).unwrap();
@@ -212,6 +212,6 @@ fn unsupported_tensor_type_is_named() {
     write(&Tiny::new("llama"), &p, None, &[]).unwrap();
     // 99: no ggml type has that id; the file stays readable, the model must refuse it.
     patch_tensor_type(&p, "blk.0.attn_q.weight", 99);
-    let err = models::load(&p).err().expect("a weight of an unknown type must not load").to_string();
+    let err = gguf_models::load(&p).err().expect("a weight of an unknown type must not load").to_string();
     assert!(err.contains("blk.0.attn_q.weight"), "{err}");
 }

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use gguf_format::split::{split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
 use gguf_format::{GgufFile, GgufWriter};
-use models::synthetic::{write, Tiny};
-use models::{Logits, StateOptions};
+use gguf_models::synthetic::{write, Tiny};
+use gguf_models::{Logits, StateOptions};
 
 /// Writes `src` as shards of `per_shard` tensors each (`PREFIX-0000i-of-0000N.gguf`), laid
 /// out as llama-gguf-split does: all metadata in the first, the three split keys in each.
@@ -56,7 +56,7 @@ fn to_q4_0(src: &Path, dst: &Path) {
 }
 
 fn logits(path: &Path, tokens: &[u32]) -> Vec<u32> {
-    let (_f, m) = models::load(path).unwrap();
+    let (_f, m) = gguf_models::load(path).unwrap();
     let mut st = m.new_state(&StateOptions { n_ctx: 64, n_threads: 2, ..Default::default() }).unwrap();
     m.forward(st.as_mut(), tokens, Logits::All).unwrap().iter().map(|x| x.to_bits()).collect()
 }
@@ -78,7 +78,7 @@ fn a_split_model_gives_the_unsplit_logits_bit_for_bit() {
                 write(&t, &whole, None, &[]).unwrap();
             }
             let shards = split_into(&whole, &d.path().join("m"), 4);
-            let (f, _) = models::load(&shards[0]).unwrap();
+            let (f, _) = gguf_models::load(&shards[0]).unwrap();
             assert_eq!(f.shards().len(), shards.len());
             let want = logits(&whole, &tokens);
             for p in [&shards[0], shards.last().unwrap()] {
@@ -95,7 +95,7 @@ fn a_missing_shard_is_named() {
     write(&Tiny::new("llama"), &whole, None, &[]).unwrap();
     let shards = split_into(&whole, &d.path().join("m"), 4);
     std::fs::remove_file(&shards[2]).unwrap();
-    let err = models::load(&shards[0]).err().unwrap().to_string();
+    let err = gguf_models::load(&shards[0]).err().unwrap().to_string();
     let n = shards.len();
     assert!(err.contains(&format!("shard 3 of {n}")) && err.contains(&format!("m-00003-of-0000{n}.gguf")), "{err}");
 }
