@@ -20,18 +20,15 @@
 
 use core::arch::x86_64::*;
 
-use super::vnni::{f16_at, has_vnni, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8};
+use super::tiles::{
+    check_tile, dot_via_tile, f16_at, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8, load256, row_offsets, store_n,
+};
+use super::vnni::has_vnni;
 use crate::registry::Tile;
 use crate::scalar::act::{Q8_0_BYTES, Q8_K_BYTES};
 use crate::scalar::iq4::{self as s, Path, IQ4_NL_BYTES, IQ4_XS_BYTES, MXFP4_BYTES};
 use ggml_quants::types::iq_common::e8m0_to_fp32_half;
 use ggml_quants::types::iq_tables::{KVALUES_FP4, KVALUES_IQ4NL};
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn load256(p: *const u8) -> __m256i {
-    _mm256_loadu_si256(p as *const __m256i)
-}
 
 /// The 32 codes of one block (16 bytes at `p`: low nibbles elements 0..16, high nibbles
 /// 16..32) looked up in `lut` (the biased codebook in both 128-bit halves).
@@ -186,25 +183,6 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
             };
             *a.y.add((t0 + t) * a.y_stride + r) = v;
         }
-    }
-}
-
-/// Byte offsets of up to 8 rows `stride` apart; past the last of `n` rows the last one
-/// repeats (its lanes are computed and not stored).
-#[inline(always)]
-fn row_offsets(n: usize, stride: usize) -> [usize; 8] {
-    core::array::from_fn(|i| i.min(n - 1) * stride)
-}
-
-/// Stores lanes `0..n` of `v` at `p`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
-    if n == 8 {
-        _mm256_storeu_ps(p, v);
-    } else {
-        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        _mm256_maskstore_ps(p, mask, v);
     }
 }
 
@@ -414,19 +392,6 @@ unsafe fn xs_imp<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) {
     }
 }
 
-/// Bounds of a tile; panics (a caller bug, never reachable through `matmul`) rather than
-/// letting a kernel read or write out of bounds. Also requires VNNI.
-fn check(t: &Tile<'_>, y: &[f32], y_stride: usize, w_row: usize, x_row: usize, n_whole: usize) {
-    assert!(has_vnni(), "VNNI tile kernel called on a CPU without AVX-512 VNNI");
-    assert_eq!(n_whole, t.n, "tile: columns not a whole number of blocks");
-    if t.rows == 0 || t.tokens == 0 {
-        return;
-    }
-    assert!(t.w_stride >= w_row && t.w.len() >= (t.rows - 1) * t.w_stride + w_row, "tile: weight rows");
-    assert!(t.x_stride >= x_row && t.x.len() >= (t.tokens - 1) * t.x_stride + x_row, "tile: activation rows");
-    assert!(y_stride >= t.rows && y.len() >= (t.tokens - 1) * y_stride + t.rows, "tile: output");
-}
-
 /// Runs `imp::<T>` over the tile's tokens in groups of up to 4.
 macro_rules! by_tokens {
     ($t:expr, $args:expr, $lut:expr, $imp:ident, $($g:tt)*) => {{
@@ -444,14 +409,13 @@ macro_rules! by_tokens {
 }
 
 fn b32_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    let nb = t.n / 32;
     let wbytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
-    check(t, y, y_stride, wbytes * nb, Q8_0_BYTES * nb, nb * 32);
+    let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 32, wbytes, Q8_0_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     let path = path_code(if MX { s::mxfp4_path(t) } else { s::iq4_nl_path(t) });
-    // SAFETY: `check` verified that every weight row, activation row and output the
+    // SAFETY: `check_tile` verified that every weight row, activation row and output the
     // kernels touch is in bounds and that the CPU has the features (`has_vnni`).
     unsafe {
         let mut p = PREP.with(|c| c.take());
@@ -490,13 +454,12 @@ pub fn mxfp4_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
 
 /// IQ4_XS × Q8_K tile along [`s::iq4_xs_path`].
 pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    let nb = t.n / 256;
-    check(t, y, y_stride, IQ4_XS_BYTES * nb, Q8_K_BYTES * nb, nb * 256);
+    let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 256, IQ4_XS_BYTES, Q8_K_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     let tiled = s::iq4_xs_path(t) == Path::Tiled;
-    // SAFETY: as in `b32_tile`: bounds and features checked by `check`.
+    // SAFETY: as in `b32_tile`: bounds and features checked by `check_tile`.
     unsafe {
         let mut p = PREP.with(|c| c.take());
         prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_K_BYTES, 4, 8, false, &mut p);
@@ -520,26 +483,6 @@ pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
         }
         PREP.with(|c| c.set(p));
     }
-}
-
-/// `vec_dot` through a 1 × 1 tile (one row of a product llama.cpp runs through `vec_dot`).
-fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut y = [0f32];
-    let t = Tile {
-        n,
-        w,
-        w_stride: w.len(),
-        rows: 1,
-        x,
-        x_stride: x.len(),
-        tokens: 1,
-        batched: 0,
-        total_tokens: 1,
-        total_rows: 1,
-        expert: false,
-    };
-    tile(&t, &mut y, 1);
-    y[0]
 }
 
 /// `ggml_vec_dot_iq4_nl_q8_0`.
@@ -651,14 +594,13 @@ unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, 
 }
 
 fn b32x8_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    let nb = t.n / 32;
     let wbytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
-    check(t, y, y_stride, wbytes * nb, Q8_0_BYTES * nb, nb * 32);
+    let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 32, wbytes, Q8_0_BYTES);
     assert!(t.rows.is_multiple_of(8) && t.w_stride == wbytes * nb, "repacked tile: whole 8-row groups");
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
-    // SAFETY: `check` bounds every group (`rows · w_stride` bytes), activation row and
+    // SAFETY: `check_tile` bounds every group (`rows · w_stride` bytes), activation row and
     // output the kernel touches and checks the CPU features (`has_vnni`).
     unsafe {
         let mut p = PREP.with(|c| c.take());

@@ -1,26 +1,17 @@
-//! AVX-512 VNNI (256-bit `vpdpbusd` via AVX512VL) tile kernels for the lattice types IQ3_S
-//! and IQ2_XS (× Q8_K), in the float arithmetic llama.cpp's CPU backend uses for the
-//! product ([`crate::scalar::lattice`] holds the scalar twins and describes both paths).
+//! SIMD tile kernels for the lattice types IQ3_S, IQ2_XS, IQ2_XXS, IQ3_XXS and IQ2_S
+//! (× Q8_K), on AVX2 ([`super::lattice_avx2`]) and AVX-512 VNNI ([`super::lattice_vnni`]),
+//! in the float arithmetic llama.cpp's CPU backend uses for the product
+//! ([`crate::scalar::lattice`] holds the scalar twins and describes both of its paths).
 //!
-//! - `vec_dot` path (fewer than 8 tokens in the product, and every `matmul_rowwise`): one
-//!   row at a time, 8 lanes per row as ggml's AVX2 `vec_dot` (lane `j` = elements `4j..4j+4`
-//!   of every 32-element group): the grid magnitudes (unsigned) are `vpdpbusd`-ed with the
-//!   activations whose signs were flipped where the weight is negative (a masked
-//!   `0 − x`, wrapping on `−128` as ggml's `sign`/`xor` tricks), times the scale per lane.
-//!   A row block is decoded once for every token of the tile.
-//! - tiled path (8+ tokens): 8 rows at once with one 32-bit lane per row, as ggml's tiled
-//!   VNNI kernel: each row's block is decoded to `w + 128` bytes, 8 rows are transposed so
-//!   that one `vpdpbusd` with 4 broadcast activation bytes adds to all 8 rows, each
-//!   sub-block's dot starts at `−128·bsum` (Q8_K's block sums) and is multiplied by the
-//!   sub-block scale; per 256-block `r = f32(s1)·d_w`, `acc = fma(r, d_x, acc)`. A block of
-//!   8 rows is decoded once per tile, for all of its tokens.
-//!
-//! The integer sums are exact, so the products agree bit for bit with the scalar twins for
-//! any input, and with ggml for any activations its quantizer emits.
+//! This module holds what the two ISAs share: the block decoders ([`Lattice`]: grid
+//! magnitudes, sign masks and scales of one 32-element group), the decoded 8-row block
+//! ([`Rows8`]), and the one driver ([`tile_imp`]): bounds check, path choice (`vec_dot`
+//! below 8 tokens, tiled from 8), the per-thread cache of decoded tiles and the token
+//! chunks. An ISA ([`Isa`]) supplies only its inner loops.
 
 use core::arch::x86_64::*;
 
-use super::vnni::{f16_at, has_vnni, hsum_float_8};
+use super::tiles::{check_tile, row_offsets, TileCache, TileKey};
 use crate::registry::Tile;
 use crate::scalar::act::Q8_K_BYTES;
 use crate::scalar::iq4::Path;
@@ -30,7 +21,10 @@ use ggml_quants::types::iq_tables::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRI
 /// One lattice format's decoder: group `g` (32 elements) of the block at `b` as grid
 /// magnitudes (32 unsigned bytes) and a sign mask (bit `e` set: element `e` is negative),
 /// and the scales of its two 16-element halves.
-trait Lattice {
+///
+/// The methods are `#[inline(always)]` and use AVX2 intrinsics (the `signs` / `scale16`
+/// overrides AVX-512 ones): they are called only from kernels compiled with those features.
+pub(super) trait Lattice {
     /// Bytes per block.
     const BYTES: usize;
     /// Sub-blocks per 256 (one scale each) in the tiled path: 8 (32 elements) or 16.
@@ -39,16 +33,30 @@ trait Lattice {
     const VEC_POST: f32;
     /// The tiled path's factor on `fp16(d)`.
     const TILED_MUL: f32;
+    /// Which format (part of the decoded-tile cache key).
+    const TAG: u32;
     /// Magnitudes and sign mask of group `g`.
+    ///
+    /// # Safety
+    /// AVX2 present; `b` points at a whole block.
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32);
     /// The odd scales `(2s + 1)` of the first and second 16 elements of group `g`.
+    ///
+    /// # Safety
+    /// `b` points at a whole block.
     unsafe fn scales(b: *const u8, g: usize) -> (i32, i32);
     /// The sign masks of all 8 groups (as [`Lattice::group`]'s).
+    ///
+    /// # Safety
+    /// AVX-512 VNNI present (some overrides use it); `b` points at a whole block.
     #[inline(always)]
     unsafe fn signs(b: *const u8) -> [u32; 8] {
         core::array::from_fn(|g| Self::group(b, g).1)
     }
     /// The 16 odd scales of the block, one per 16 elements.
+    ///
+    /// # Safety
+    /// AVX-512 F present; `b` points at a whole block.
     #[inline(always)]
     unsafe fn scale16(b: *const u8) -> __m512i {
         let a: [i32; 16] = core::array::from_fn(|k| {
@@ -64,8 +72,7 @@ trait Lattice {
 }
 
 /// `2s + 1` of 16 nibbles: the low then the high nibble of each of 8 bytes at `p`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
+#[inline(always)]
 unsafe fn nibble_scales(p: *const u8) -> __m512i {
     let v = _mm_loadl_epi64(p as *const __m128i);
     let m = _mm_set1_epi8(0xF);
@@ -74,17 +81,18 @@ unsafe fn nibble_scales(p: *const u8) -> __m512i {
     _mm512_add_epi32(_mm512_add_epi32(z, z), _mm512_set1_epi32(1))
 }
 
-struct Iq3S;
-struct Iq2Xs;
-struct Iq2Xxs;
-struct Iq3Xxs;
-struct Iq2S;
+pub(super) struct Iq3S;
+pub(super) struct Iq2Xs;
+pub(super) struct Iq2Xxs;
+pub(super) struct Iq3Xxs;
+pub(super) struct Iq2S;
 
 impl Lattice for Iq3S {
     const BYTES: usize = IQ3_S_BYTES;
     const NSUB: usize = 8;
     const VEC_POST: f32 = 1.0;
     const TILED_MUL: f32 = 1.0;
+    const TAG: u32 = 0;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -121,6 +129,7 @@ impl Lattice for Iq2Xs {
     const NSUB: usize = 16;
     const VEC_POST: f32 = 0.125;
     const TILED_MUL: f32 = 0.125;
+    const TAG: u32 = 1;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -171,6 +180,7 @@ impl Lattice for Iq2Xxs {
     const NSUB: usize = 8;
     const VEC_POST: f32 = 0.125;
     const TILED_MUL: f32 = 0.125;
+    const TAG: u32 = 2;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -192,6 +202,7 @@ impl Lattice for Iq3Xxs {
     const NSUB: usize = 8;
     const VEC_POST: f32 = 0.25;
     const TILED_MUL: f32 = 0.25;
+    const TAG: u32 = 3;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -212,6 +223,7 @@ impl Lattice for Iq2S {
     const NSUB: usize = 16;
     const VEC_POST: f32 = 0.125;
     const TILED_MUL: f32 = 0.125;
+    const TAG: u32 = 4;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -236,286 +248,89 @@ impl Lattice for Iq2S {
 }
 
 /// Most tokens one pass over a row block serves (its accumulators live on the stack).
-const TOK_CHUNK: usize = 16;
+pub(super) const TOK_CHUNK: usize = 16;
 
-/// Arguments shared by the inner kernels.
-struct Args {
-    w: *const u8,
-    w_stride: usize,
-    rows: usize,
-    nb: usize,
-    x: *const u8,
-    x_stride: usize,
-    y: *mut f32,
-    y_stride: usize,
-}
-
-/// The `vec_dot` path: rows one by one against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn vec_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
-    let zero = _mm256_setzero_si256();
-    for r in 0..a.rows {
-        let wr = a.w.add(r * a.w_stride);
-        let mut acc = [_mm256_setzero_ps(); TOK_CHUNK];
-        for b in 0..a.nb {
-            let wb = wr.add(b * L::BYTES);
-            let dw = f16_at(wb);
-            let mut grid = [zero; 8];
-            let mask = L::signs(wb);
-            let s16 = L::scale16(wb);
-            let mut sc = [zero; 8];
-            for g in 0..8 {
-                grid[g] = L::group(wb, g).0;
-                let i = 2 * g as i32;
-                let idx = _mm512_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1, 0, 0, 0, 0, 0, 0, 0, 0);
-                sc[g] = _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, s16));
-            }
-            for (t, acc) in acc.iter_mut().enumerate().take(nt) {
-                let xb = a.x.add((t0 + t) * a.x_stride + b * Q8_K_BYTES);
-                let mut lanes = zero;
-                for g in 0..8 {
-                    let xv = _mm256_loadu_si256(xb.add(4 + 32 * g) as *const __m256i);
-                    let xs = _mm256_mask_sub_epi8(xv, mask[g], zero, xv);
-                    let dot = _mm256_dpbusd_epi32(zero, grid[g], xs);
-                    lanes = _mm256_add_epi32(lanes, _mm256_mullo_epi32(dot, sc[g]));
-                }
-                let d = dw * (xb as *const f32).read_unaligned();
-                *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), *acc);
-            }
-        }
-        for (t, acc) in acc.iter().enumerate().take(nt) {
-            *a.y.add((t0 + t) * a.y_stride + r) = L::VEC_POST * hsum_float_8(*acc);
-        }
-    }
-}
-
-/// 8 × 8 transpose of 32-bit words: `out[k]` lane `i` = `v[i]` lane `k`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn transpose8(v: &[__m256i; 8]) -> [__m256i; 8] {
-    let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
-    let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-    let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
-    let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-    let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
-    let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-    let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
-    let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-    let u0 = _mm256_unpacklo_epi64(t0, t2);
-    let u1 = _mm256_unpackhi_epi64(t0, t2);
-    let u2 = _mm256_unpacklo_epi64(t1, t3);
-    let u3 = _mm256_unpackhi_epi64(t1, t3);
-    let u4 = _mm256_unpacklo_epi64(t4, t6);
-    let u5 = _mm256_unpackhi_epi64(t4, t6);
-    let u6 = _mm256_unpacklo_epi64(t5, t7);
-    let u7 = _mm256_unpackhi_epi64(t5, t7);
-    [
-        _mm256_permute2x128_si256::<0x20>(u0, u4),
-        _mm256_permute2x128_si256::<0x20>(u1, u5),
-        _mm256_permute2x128_si256::<0x20>(u2, u6),
-        _mm256_permute2x128_si256::<0x20>(u3, u7),
-        _mm256_permute2x128_si256::<0x31>(u0, u4),
-        _mm256_permute2x128_si256::<0x31>(u1, u5),
-        _mm256_permute2x128_si256::<0x31>(u2, u6),
-        _mm256_permute2x128_si256::<0x31>(u3, u7),
-    ]
-}
-
-/// Byte offsets of up to 8 rows `stride` apart; past the last of `n` rows the last one
-/// repeats (its lanes are computed and not stored).
-#[inline(always)]
-fn row_offsets(n: usize, stride: usize) -> [usize; 8] {
-    core::array::from_fn(|i| i.min(n - 1) * stride)
-}
-
-/// Stores lanes `0..n` of `v` at `p`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
-    if n == 8 {
-        _mm256_storeu_ps(p, v);
-    } else {
-        _mm256_mask_storeu_ps(p, ((1u32 << n) - 1) as u8, v);
-    }
-}
-
-/// One block of 8 rows decoded for the tiled path.
+/// One 256-element block of 8 rows decoded for the tiled path, one 32-bit lane per row.
+/// What the lanes hold is the ISA's: the VNNI kernel stores biased codes `w + 128` and
+/// 32-bit scales (and leaves `corr` zero), the AVX2 one signed weights, 16-bit scales in
+/// both halves of each lane and the bias correction of its biased activations.
 #[derive(Clone, Copy)]
-struct Rows8 {
-    /// `u[k]` lane `i`: row `i`'s biased codes `4k..4k+4`.
-    u: [__m256i; 64],
+pub(super) struct Rows8 {
+    /// `u[k]` lane `i`: row `i`'s codes `4k..4k+4`.
+    pub u: [__m256i; 64],
     /// `sc[sub]` lane `i`: row `i`'s scale of sub-block `sub` (16 sub-blocks of 16; the
     /// 32-element formats use the even ones).
-    sc: [__m256i; 16],
+    pub sc: [__m256i; 16],
+    /// Lane `i`: what the ISA subtracts from row `i`'s integer sum (AVX2: `128·Σ scale·w`).
+    pub corr: __m256i,
     /// Lane `i`: `fp16(d_i)·TILED_MUL`.
-    dw: __m256,
+    pub dw: __m256,
 }
 
-/// Decodes block `b` of 8 rows (offsets `ro` from `w0`) into `out`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn decode_rows8<L: Lattice>(w0: *const u8, ro: &[usize; 8], b: usize, out: &mut Rows8) {
-    let bias = _mm256_set1_epi8(-128);
-    let mut scl = [[0i32; 8]; 16];
-    let mut h = [0u16; 8];
-    for g in 0..8 {
-        let mut v = [_mm256_setzero_si256(); 8];
-        for (i, vi) in v.iter_mut().enumerate() {
-            let wb = w0.add(ro[i] + b * L::BYTES);
-            let (grid, mask) = L::group(wb, g);
-            // `w + 128`: 128 + |w| where positive, 128 − |w| where negative.
-            *vi = _mm256_mask_sub_epi8(_mm256_add_epi8(grid, bias), mask, bias, grid);
-            let (lo, hi) = L::scales(wb, g);
-            scl[2 * g][i] = lo;
-            scl[2 * g + 1][i] = hi;
-        }
-        let tr = transpose8(&v);
-        out.u[8 * g..8 * g + 8].copy_from_slice(&tr);
-    }
-    for (i, hi) in h.iter_mut().enumerate() {
-        *hi = (w0.add(ro[i] + b * L::BYTES) as *const u16).read_unaligned();
-    }
-    for (o, s) in out.sc.iter_mut().zip(&scl) {
-        *o = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
-    }
-    out.dw =
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i)), _mm256_set1_ps(L::TILED_MUL));
+/// A tile's pointers and strides, for the inner kernels (bounds checked by [`tile_imp`]).
+pub(super) struct Args {
+    pub w: *const u8,
+    pub w_stride: usize,
+    pub rows: usize,
+    pub nb: usize,
+    pub x: *const u8,
+    pub x_stride: usize,
+    pub y: *mut f32,
+    pub y_stride: usize,
 }
 
-/// The tiled path for 8 decoded rows against `T` tokens whose Q8_K blocks start at `xb[t]`:
-/// `acc[t] = fma(f32(s1)·d_w, d_x, acc[t])`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn tiled_tokens<L: Lattice, const T: usize>(d: &Rows8, xb: &[*const u8; T], acc: &mut [__m256; T]) {
-    let words = 64 / L::NSUB;
-    let mut s1 = [_mm256_setzero_si256(); T];
-    for sub in 0..L::NSUB {
-        let mut dot = [_mm256_setzero_si256(); T];
-        for (t, dt) in dot.iter_mut().enumerate() {
-            let bs = xb[t].add(260) as *const i16;
-            let bsum = if L::NSUB == 16 {
-                bs.add(sub).read_unaligned() as i32
-            } else {
-                bs.add(2 * sub).read_unaligned() as i32 + bs.add(2 * sub + 1).read_unaligned() as i32
-            };
-            *dt = _mm256_set1_epi32(-128 * bsum);
-        }
-        for k in sub * words..(sub + 1) * words {
-            let u = d.u[k];
-            for (t, dt) in dot.iter_mut().enumerate() {
-                let xw = (xb[t].add(4 + 4 * k) as *const i32).read_unaligned();
-                *dt = _mm256_dpbusd_epi32(*dt, u, _mm256_set1_epi32(xw));
-            }
-        }
-        let sc = d.sc[if L::NSUB == 16 { sub } else { 2 * sub }];
-        for (s, dt) in s1.iter_mut().zip(&dot) {
-            *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(*dt, sc));
-        }
-    }
-    for t in 0..T {
-        let r = _mm256_mul_ps(_mm256_cvtepi32_ps(s1[t]), d.dw);
-        let dx = _mm256_set1_ps((xb[t] as *const f32).read_unaligned());
-        acc[t] = _mm256_fmadd_ps(r, dx, acc[t]);
-    }
-}
-
-/// Every 8-row group and block of the tile decoded: `out[(r0 / 8)·nb + b]`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn decode_all<L: Lattice>(a: &Args, out: &mut [Rows8]) {
-    let mut r0 = 0;
-    while r0 < a.rows {
-        let nr = (a.rows - r0).min(8);
-        let ro = row_offsets(nr, a.w_stride);
-        for b in 0..a.nb {
-            decode_rows8::<L>(a.w.add(r0 * a.w_stride), &ro, b, &mut out[(r0 / 8) * a.nb + b]);
-        }
-        r0 += 8;
-    }
-}
-
-/// The tiled path: rows in groups of 8 against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`),
-/// with the blocks decoded here or taken from `pre` ([`decode_all`]'s layout).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[Rows8]>) {
-    let mut dec = Rows8 { u: [_mm256_setzero_si256(); 64], sc: [_mm256_setzero_si256(); 16], dw: _mm256_setzero_ps() };
-    let mut r0 = 0;
-    while r0 < a.rows {
-        let nr = (a.rows - r0).min(8);
-        let w0 = a.w.add(r0 * a.w_stride);
-        let ro = row_offsets(nr, a.w_stride);
-        let mut acc = [_mm256_setzero_ps(); TOK_CHUNK];
-        for b in 0..a.nb {
-            let d: &Rows8 = match pre {
-                Some(p) => p.get_unchecked((r0 / 8) * a.nb + b),
-                None => {
-                    decode_rows8::<L>(w0, &ro, b, &mut dec);
-                    &dec
-                }
-            };
-            let xrow = |t: usize| a.x.add((t0 + t) * a.x_stride + b * Q8_K_BYTES);
-            let mut t = 0;
-            while t < nt {
-                let left = nt - t;
-                let acc = &mut acc[t..];
-                if left >= 8 {
-                    let xb: [*const u8; 8] = core::array::from_fn(|i| xrow(t + i));
-                    tiled_tokens::<L, 8>(d, &xb, (&mut acc[..8]).try_into().unwrap_unchecked());
-                    t += 8;
-                } else if left >= 4 {
-                    let xb: [*const u8; 4] = core::array::from_fn(|i| xrow(t + i));
-                    tiled_tokens::<L, 4>(d, &xb, (&mut acc[..4]).try_into().unwrap_unchecked());
-                    t += 4;
-                } else {
-                    let xb: [*const u8; 1] = [xrow(t)];
-                    tiled_tokens::<L, 1>(d, &xb, (&mut acc[..1]).try_into().unwrap_unchecked());
-                    t += 1;
-                }
-            }
-        }
-        for (t, acc) in acc.iter().enumerate().take(nt) {
-            store_n(a.y.add((t0 + t) * a.y_stride + r0), *acc, nr);
-        }
-        r0 += 8;
-    }
-}
-
-/// A tile's weights decoded for the tiled path, kept per thread: `matmul` runs the same row
-/// tile once per token block (16 tokens), and decoding an IQ block costs as much as its
-/// products with those tokens. An entry is used only if the tile's bytes equal the copy
-/// kept with it (compared in full), so a reused address never returns stale codes.
-struct Cached {
-    /// (weight address, rows, stride, block bytes).
-    key: (usize, usize, usize, usize),
-    raw: Vec<u8>,
-    dec: Vec<Rows8>,
-}
-
-/// Bytes of decoded and copied weights one thread keeps.
+/// Decoded tiles one thread keeps (both ISAs, told apart by [`TileKey::kind`]).
 const CACHE_BYTES: usize = 8 << 20;
 
 thread_local! {
-    static CACHE: std::cell::RefCell<Vec<Cached>> = const { std::cell::RefCell::new(Vec::new()) };
+    static CACHE: std::cell::RefCell<TileCache<Rows8>> = const { std::cell::RefCell::new(TileCache::new(CACHE_BYTES)) };
 }
 
-fn cached_bytes(c: &Cached) -> usize {
-    c.raw.len() + c.dec.len() * core::mem::size_of::<Rows8>()
+/// An ISA's inner loops. Each method is a safe-to-call-only-after-[`tile_imp`]'s-checks
+/// entry into kernels compiled with the ISA's features.
+pub(super) trait Isa {
+    /// Backend name (`"avx2"`, `"avx512vnni"`).
+    const NAME: &'static str;
+    /// Distinguishes the ISA's decoded tiles in the cache.
+    const TAG: u32;
+    /// Whether the CPU (and [`crate::cpu`]'s cap) allows the kernels.
+    fn available() -> bool;
+    /// The `vec_dot` path: rows one by one against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`).
+    ///
+    /// # Safety
+    /// [`Isa::available`]; `a`'s rows, blocks, tokens and outputs in bounds.
+    unsafe fn vec_rows<L: Lattice>(a: &Args, t0: usize, nt: usize);
+    /// Block `b` of 8 rows (byte offsets `ro` from `w0`) decoded for the tiled path.
+    ///
+    /// # Safety
+    /// [`Isa::available`]; block `b` of every row `w0 + ro[i]` readable.
+    unsafe fn decode_rows8<L: Lattice>(w0: *const u8, ro: &[usize; 8], b: usize) -> Rows8;
+    /// The tiled path: rows in groups of 8 against tokens `t0..t0+nt`, the blocks decoded
+    /// on the fly or taken from `pre` ([`decode_all`]'s layout).
+    ///
+    /// # Safety
+    /// As [`Isa::vec_rows`]; `pre`, when given, decoded from this tile.
+    unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[Rows8]>);
 }
 
-/// Bounds of a tile; panics (a caller bug, never reachable through `matmul`) rather than
-/// letting a kernel read or write out of bounds. Also requires VNNI.
-fn check(t: &Tile<'_>, y: &[f32], y_stride: usize, w_row: usize, x_row: usize) {
-    assert!(has_vnni(), "VNNI tile kernel called on a CPU without AVX-512 VNNI");
-    assert!(t.n.is_multiple_of(256), "tile: columns not a whole number of blocks");
-    if t.rows == 0 || t.tokens == 0 {
-        return;
+/// Every 8-row group and block of the tile decoded: `out[(r0 / 8)·nb + b]`.
+///
+/// # Safety
+/// As [`Isa::vec_rows`].
+unsafe fn decode_all<I: Isa, L: Lattice>(a: &Args) -> Vec<Rows8> {
+    let mut out = Vec::with_capacity(a.rows.div_ceil(8) * a.nb);
+    for r0 in (0..a.rows).step_by(8) {
+        let ro = row_offsets((a.rows - r0).min(8), a.w_stride);
+        for b in 0..a.nb {
+            out.push(I::decode_rows8::<L>(a.w.add(r0 * a.w_stride), &ro, b));
+        }
     }
-    assert!(t.w_stride >= w_row && t.w.len() >= (t.rows - 1) * t.w_stride + w_row, "tile: weight rows");
-    assert!(t.x_stride >= x_row && t.x.len() >= (t.tokens - 1) * t.x_stride + x_row, "tile: activation rows");
-    assert!(y_stride >= t.rows && y.len() >= (t.tokens - 1) * y_stride + t.rows, "tile: output");
+    out
 }
 
-fn tile_imp<L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    let nb = t.n / 256;
-    check(t, y, y_stride, nb * L::BYTES, nb * Q8_K_BYTES);
+/// The tile kernel of format `L` on ISA `I`, along [`s::path`].
+pub(super) fn tile_imp<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = check_tile(t, y, y_stride, I::available(), I::NAME, 256, L::BYTES, Q8_K_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
@@ -532,157 +347,91 @@ fn tile_imp<L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let tiled = s::path(t) == Path::Tiled;
     let groups = t.rows.div_ceil(8) * nb;
     let raw = &t.w[..(t.rows - 1) * t.w_stride + nb * L::BYTES];
-    if tiled && raw.len() + groups * core::mem::size_of::<Rows8>() <= CACHE_BYTES {
-        let key = (raw.as_ptr() as usize, t.rows, t.w_stride, L::BYTES);
+    let chunks = (0..t.tokens).step_by(TOK_CHUNK).map(|t0| (t0, (t.tokens - t0).min(TOK_CHUNK)));
+    if tiled && CACHE.with(|c| c.borrow().fits(raw.len(), groups)) {
+        let key = TileKey { addr: raw.as_ptr() as usize, rows: t.rows, stride: t.w_stride, kind: I::TAG << 8 | L::TAG };
         CACHE.with(|c| {
             let mut c = c.borrow_mut();
-            let hit = c.iter().position(|e| e.key == key && e.raw[..] == raw[..]);
-            let i = match hit {
-                Some(i) => i,
-                None => {
-                    // SAFETY: the all-zero pattern is a valid `Rows8` (integer and float vectors).
-                    let mut dec = vec![unsafe { core::mem::zeroed::<Rows8>() }; groups];
-                    // SAFETY: as below (`check` bounds every row and block, VNNI present).
-                    unsafe { decode_all::<L>(&args, &mut dec) };
-                    let e = Cached { key, raw: raw.to_vec(), dec };
-                    let mut total = cached_bytes(&e);
-                    for old in c.iter() {
-                        total += cached_bytes(old);
-                    }
-                    while total > CACHE_BYTES && !c.is_empty() {
-                        total -= cached_bytes(&c.remove(0));
-                    }
-                    c.push(e);
-                    c.len() - 1
-                }
-            };
-            let mut t0 = 0;
-            while t0 < t.tokens {
-                let nt = (t.tokens - t0).min(TOK_CHUNK);
+            // SAFETY: `check_tile` verified that every weight row (`nb` blocks) is in bounds
+            // and that the CPU has the ISA's features.
+            let dec = c.get_or_decode(key, raw, || unsafe { decode_all::<I, L>(&args) });
+            for (t0, nt) in chunks {
                 // SAFETY: as below; `dec` holds every group and block of this tile.
-                unsafe { tiled_rows::<L>(&args, t0, nt, Some(&c[i].dec)) };
-                t0 += nt;
+                unsafe { I::tiled_rows::<L>(&args, t0, nt, Some(dec)) };
             }
         });
         return;
     }
-    let mut t0 = 0;
-    while t0 < t.tokens {
-        let nt = (t.tokens - t0).min(TOK_CHUNK);
-        // SAFETY: `check` verified that every weight row (`nb` blocks), activation row
+    for (t0, nt) in chunks {
+        // SAFETY: `check_tile` verified that every weight row (`nb` blocks), activation row
         // (`nb` Q8_K blocks) and output the kernels touch is in bounds, and that the CPU
-        // has the features (`has_vnni`); the kernels read rows `0..rows` (8-row groups
-        // repeat the last row instead of reading past it) and tokens `t0..t0+nt`.
+        // has the features; the kernels read rows `0..rows` (8-row groups repeat the last
+        // row instead of reading past it) and tokens `t0..t0+nt`.
         unsafe {
             if tiled {
-                tiled_rows::<L>(&args, t0, nt, None);
+                I::tiled_rows::<L>(&args, t0, nt, None);
             } else {
-                vec_rows::<L>(&args, t0, nt);
+                I::vec_rows::<L>(&args, t0, nt);
             }
         }
-        t0 += nt;
     }
 }
 
-/// `vec_dot` through a 1 × 1 tile.
-fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut y = [0f32];
-    let t = Tile {
-        n,
-        w,
-        w_stride: w.len(),
-        rows: 1,
-        x,
-        x_stride: x.len(),
-        tokens: 1,
-        batched: 0,
-        total_tokens: 1,
-        total_rows: 1,
-        expert: false,
+/// On one ISA: the [`Isa`] implementation (`$isa`, over the module's `vec_rows`,
+/// `decode_rows8` and `tiled_rows`), the tile and `vec_dot` functions of the five formats, and
+/// their registrations.
+macro_rules! lattice_kernels {
+    ($isa:ident, $name:literal, $tag:expr, $available:path, $priority:expr) => {
+        /// This ISA's inner loops of the lattice kernels.
+        pub(super) struct $isa;
+
+        impl crate::arch::x86_64::lattice::Isa for $isa {
+            const NAME: &'static str = $name;
+            const TAG: u32 = $tag;
+            fn available() -> bool {
+                $available()
+            }
+            unsafe fn vec_rows<L: Lattice>(a: &Args, t0: usize, nt: usize) {
+                vec_rows::<L>(a, t0, nt)
+            }
+            unsafe fn decode_rows8<L: Lattice>(w0: *const u8, ro: &[usize; 8], b: usize) -> Rows8 {
+                decode_rows8::<L>(w0, ro, b)
+            }
+            unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[Rows8]>) {
+                tiled_rows::<L>(a, t0, nt, pre)
+            }
+        }
+
+        crate::arch::x86_64::lattice::lattice_kernels!(@formats $isa, $priority;
+            Iq3S, iq3_s, iq3_s_tile, iq3_s_q8_k;
+            Iq2Xs, iq2_xs, iq2_xs_tile, iq2_xs_q8_k;
+            Iq2Xxs, iq2_xxs, iq2_xxs_tile, iq2_xxs_q8_k;
+            Iq3Xxs, iq3_xxs, iq3_xxs_tile, iq3_xxs_q8_k;
+            Iq2S, iq2_s, iq2_s_tile, iq2_s_q8_k;
+        );
     };
-    tile(&t, &mut y, 1);
-    y[0]
-}
+    (@formats $isa:ident, $priority:expr; $($fmt:ident, $module:ident, $tile:ident, $dot:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($module), "` × Q8_K tile along [`crate::scalar::lattice::path`].")]
+        pub fn $tile(t: &crate::registry::Tile<'_>, y: &mut [f32], y_stride: usize) {
+            crate::arch::x86_64::lattice::tile_imp::<$isa, crate::arch::x86_64::lattice::$fmt>(t, y, y_stride)
+        }
 
-/// IQ3_S × Q8_K tile along [`s::path`].
-pub fn iq3_s_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    tile_imp::<Iq3S>(t, y, y_stride)
-}
+        #[doc = concat!("`ggml_vec_dot_", stringify!($module), "_q8_K` (a 1 × 1 tile).")]
+        pub fn $dot(n: usize, w: &[u8], x: &[u8]) -> f32 {
+            crate::arch::x86_64::tiles::dot_via_tile($tile, n, w, x)
+        }
 
-/// IQ2_XS × Q8_K tile along [`s::path`].
-pub fn iq2_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    tile_imp::<Iq2Xs>(t, y, y_stride)
+        inventory::submit! {
+            crate::registry::Kernel::new(
+                <ggml_quants::types::$module::$fmt as ggml_quants::GgmlType>::ID,
+                <$isa as crate::arch::x86_64::lattice::Isa>::NAME,
+                $priority,
+                <ggml_quants::types::q8_k::Q8K as ggml_quants::GgmlType>::ID,
+                $dot,
+            )
+            .with_available(<$isa as crate::arch::x86_64::lattice::Isa>::available)
+            .with_tile($tile)
+        }
+    )*};
 }
-
-/// IQ2_XXS × Q8_K tile along [`s::path`].
-pub fn iq2_xxs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    tile_imp::<Iq2Xxs>(t, y, y_stride)
-}
-
-/// IQ3_XXS × Q8_K tile along [`s::path`].
-pub fn iq3_xxs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    tile_imp::<Iq3Xxs>(t, y, y_stride)
-}
-
-/// IQ2_S × Q8_K tile along [`s::path`].
-pub fn iq2_s_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    tile_imp::<Iq2S>(t, y, y_stride)
-}
-
-/// `ggml_vec_dot_iq2_xxs_q8_K`.
-pub fn iq2_xxs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq2_xxs_tile, n, w, x)
-}
-
-/// `ggml_vec_dot_iq3_xxs_q8_K`.
-pub fn iq3_xxs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq3_xxs_tile, n, w, x)
-}
-
-/// `ggml_vec_dot_iq2_s_q8_K`.
-pub fn iq2_s_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq2_s_tile, n, w, x)
-}
-
-/// `ggml_vec_dot_iq3_s_q8_K`.
-pub fn iq3_s_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq3_s_tile, n, w, x)
-}
-
-/// `ggml_vec_dot_iq2_xs_q8_K`.
-pub fn iq2_xs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq2_xs_tile, n, w, x)
-}
-
-mod registration {
-    use super::*;
-    use crate::registry::Kernel;
-    use ggml_quants::types::{iq2_s::Iq2S, iq2_xs::Iq2Xs, iq2_xxs::Iq2Xxs, iq3_s::Iq3S, iq3_xxs::Iq3Xxs, q8_k::Q8K};
-    use ggml_quants::GgmlType;
-
-    inventory::submit! {
-        Kernel::new(<Iq3S as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq3_s_q8_k)
-            .with_available(has_vnni)
-            .with_tile(iq3_s_tile)
-    }
-    inventory::submit! {
-        Kernel::new(<Iq2Xs as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq2_xs_q8_k)
-            .with_available(has_vnni)
-            .with_tile(iq2_xs_tile)
-    }
-    inventory::submit! {
-        Kernel::new(<Iq2Xxs as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq2_xxs_q8_k)
-            .with_available(has_vnni)
-            .with_tile(iq2_xxs_tile)
-    }
-    inventory::submit! {
-        Kernel::new(<Iq3Xxs as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq3_xxs_q8_k)
-            .with_available(has_vnni)
-            .with_tile(iq3_xxs_tile)
-    }
-    inventory::submit! {
-        Kernel::new(<Iq2S as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, iq2_s_q8_k)
-            .with_available(has_vnni)
-            .with_tile(iq2_s_tile)
-    }
-}
+pub(super) use lattice_kernels;

@@ -1,4 +1,6 @@
-//! x86_64 kernels: AVX2 + FMA + F16C (`avx2.rs`, `ops.rs`), AVX-512 VNNI (`avx512.rs`).
+//! x86_64 kernels: AVX2 + FMA + F16C (`avx2.rs`, `ops.rs`, `lattice_avx2.rs`), AVX-512 VNNI
+//! (`vnni.rs`, `float512.rs`, `iq4.rs`, `lattice_vnni.rs`, `q4_0x8.rs`), what their tile
+//! kernels share (`tiles.rs`) and the lattice formats and driver of both ISAs (`lattice.rs`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -7,8 +9,10 @@ pub mod float512;
 pub mod iq4;
 pub mod lattice;
 pub mod lattice_avx2;
+pub mod lattice_vnni;
 pub mod ops;
 pub mod q4_0x8;
+mod tiles;
 pub mod vnni;
 
 const UNKNOWN: u8 = 0;

@@ -18,6 +18,7 @@
 use core::arch::x86_64::*;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use super::tiles::{check_tile, dot_via_tile};
 use crate::registry::Tile;
 use crate::scalar::act::{Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES};
 
@@ -427,12 +428,11 @@ macro_rules! legacy_tile {
         /// `vec_dot` loop when the CPU lacks the features.
         pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
             let l = $l;
-            let nb = t.n / 32;
-            check(t, y, y_stride, l.wb * nb, l.xb * nb, nb * 32);
+            let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 32, l.wb, l.xb);
             if t.rows == 0 || t.tokens == 0 {
                 return;
             }
-            // SAFETY: `check` verified every row, activation row and output index the
+            // SAFETY: `check_tile` verified every row, activation row and output index the
             // kernel touches is in bounds; the features are detected at run time before
             // any call (`has_vnni`).
             unsafe {
@@ -548,20 +548,6 @@ unsafe fn repack_rows8<const T: usize>(
     }
 }
 
-/// Bounds for a tile; panics (a caller bug, never reachable through `matmul`) rather
-/// than letting the kernel read or write out of bounds. Also requires VNNI: the tiles
-/// are only registered where `has_vnni()` holds.
-fn check(t: &Tile<'_>, y: &[f32], y_stride: usize, w_row: usize, x_row: usize, n_whole: usize) {
-    assert!(has_vnni(), "VNNI tile kernel called on a CPU without AVX-512 VNNI");
-    assert_eq!(n_whole, t.n, "tile: columns not a whole number of blocks");
-    if t.rows == 0 || t.tokens == 0 {
-        return;
-    }
-    assert!(t.w_stride >= w_row && t.w.len() >= (t.rows - 1) * t.w_stride + w_row, "tile: weight rows");
-    assert!(t.x_stride >= x_row && t.x.len() >= (t.tokens - 1) * t.x_stride + x_row, "tile: activation rows");
-    assert!(y_stride >= t.rows && y.len() >= (t.tokens - 1) * y_stride + t.rows, "tile: output");
-}
-
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 unsafe fn unpack_q4_0(b: *const u8) -> __m256i {
@@ -593,29 +579,6 @@ legacy_tile!(q4_1_tile, q4_1_imp, q4_1_pairs, q4_1_rows2, Q4_1, unpack_q4_1);
 legacy_tile!(q5_0_tile, q5_0_imp, q5_0_pairs, q5_0_rows2, Q5_0, unpack_q5_0);
 legacy_tile!(q5_1_tile, q5_1_imp, q5_1_pairs, q5_1_rows2, Q5_1, unpack_q5_1);
 legacy_tile!(q8_0_tile, q8_0_imp, q8_0_pairs, q8_0_rows2, Q8_0, unpack_q8_0);
-
-/// `vec_dot` through a 1 × 1 tile.
-fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
-    let mut y = [0f32];
-    tile(
-        &Tile {
-            n,
-            w,
-            w_stride: w.len(),
-            rows: 1,
-            x,
-            x_stride: x.len(),
-            tokens: 1,
-            batched: 0,
-            total_tokens: 1,
-            total_rows: 1,
-            expert: false,
-        },
-        &mut y,
-        1,
-    );
-    y[0]
-}
 
 macro_rules! dot_of_tile {
     ($($dot:ident = $tile:ident;)*) => {$(
@@ -1171,8 +1134,7 @@ macro_rules! k_tile {
 
         /// VNNI tile kernel for a K type (see the section comment).
         pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-            let nb = t.n / 256;
-            check(t, y, y_stride, $wb * nb, Q8_K_BYTES * nb, nb * 256);
+            let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 256, $wb, Q8_K_BYTES);
             if t.rows == 0 || t.tokens == 0 {
                 return;
             }
@@ -1183,7 +1145,7 @@ macro_rules! k_tile {
                 // One token: the AVX2 kernel's cheaper per-block decode wins.
                 return crate::matmul::tile_by_vec_dot(f, t, y, y_stride);
             }
-            // SAFETY: `check` verified the bounds of every weight row, activation row and
+            // SAFETY: `check_tile` verified the bounds of every weight row, activation row and
             // output the kernel touches, and that the CPU has the features.
             unsafe {
                 let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());

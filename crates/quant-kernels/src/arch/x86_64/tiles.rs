@@ -1,0 +1,261 @@
+//! What the x86 tile kernels of every ISA share: the one bounds check ([`check_tile`]),
+//! `vec_dot` as a 1 × 1 tile ([`dot_via_tile`]), 8-row groups ([`row_offsets`],
+//! [`store_n`], [`transpose8`]), ggml's horizontal sums and a per-thread cache of decoded
+//! weight tiles ([`TileCache`], safe and generic over what a kernel decodes to).
+//!
+//! The SIMD helpers here are `#[inline(always)]` and use AVX2 / FMA / F16C only: they are
+//! called from kernels compiled with at least those features (the AVX2 and the AVX-512
+//! VNNI ones), into which they inline.
+
+use core::arch::x86_64::*;
+
+use crate::registry::Tile;
+
+/// Bounds of a tile for a kernel over blocks of `qk` elements (`w_block` weight bytes,
+/// `x_block` activation bytes each); returns the blocks per row. Panics (a caller bug,
+/// never reachable through `matmul`) rather than letting a kernel read or write out of
+/// bounds, and when `features` (the kernel's CPU check) is false.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn check_tile(
+    t: &Tile<'_>,
+    y: &[f32],
+    y_stride: usize,
+    features: bool,
+    isa: &str,
+    qk: usize,
+    w_block: usize,
+    x_block: usize,
+) -> usize {
+    assert!(features, "{isa} tile kernel called on a CPU without its features");
+    assert!(t.n.is_multiple_of(qk), "tile: columns not a whole number of blocks");
+    let nb = t.n / qk;
+    if t.rows == 0 || t.tokens == 0 {
+        return nb;
+    }
+    let (w_row, x_row) = (nb * w_block, nb * x_block);
+    assert!(t.w_stride >= w_row && t.w.len() >= (t.rows - 1) * t.w_stride + w_row, "tile: weight rows");
+    assert!(t.x_stride >= x_row && t.x.len() >= (t.tokens - 1) * t.x_stride + x_row, "tile: activation rows");
+    assert!(y_stride >= t.rows && y.len() >= (t.tokens - 1) * y_stride + t.rows, "tile: output");
+    nb
+}
+
+/// One weight row · one activation row through a tile kernel (a 1 × 1 tile of a one-token
+/// product, so the kernel takes llama.cpp's `vec_dot` arithmetic).
+pub(super) fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let mut y = [0f32];
+    let t = Tile {
+        n,
+        w,
+        w_stride: w.len(),
+        rows: 1,
+        x,
+        x_stride: x.len(),
+        tokens: 1,
+        batched: 0,
+        total_tokens: 1,
+        total_rows: 1,
+        expert: false,
+    };
+    tile(&t, &mut y, 1);
+    y[0]
+}
+
+/// Byte offsets of up to 8 rows `stride` apart; past the last of `n` rows the last one
+/// repeats (its lanes are computed and not stored).
+#[inline(always)]
+pub(super) fn row_offsets(n: usize, stride: usize) -> [usize; 8] {
+    core::array::from_fn(|i| i.min(n - 1) * stride)
+}
+
+/// Stores lanes `0..n` (`1 ≤ n ≤ 8`) of `v` at `p`.
+///
+/// # Safety
+/// AVX2 present; `p..p + n` writable.
+#[inline(always)]
+pub(super) unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
+    if n == 8 {
+        _mm256_storeu_ps(p, v);
+    } else {
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(p, mask, v);
+    }
+}
+
+/// 8 × 8 transpose of 32-bit words: `out[k]` lane `i` = `v[i]` lane `k`.
+///
+/// # Safety
+/// AVX2 present.
+#[inline(always)]
+pub(super) unsafe fn transpose8(v: &[__m256i; 8]) -> [__m256i; 8] {
+    let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+    let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+    let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
+    let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
+    let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+    let u0 = _mm256_unpacklo_epi64(t0, t2);
+    let u1 = _mm256_unpackhi_epi64(t0, t2);
+    let u2 = _mm256_unpacklo_epi64(t1, t3);
+    let u3 = _mm256_unpackhi_epi64(t1, t3);
+    let u4 = _mm256_unpacklo_epi64(t4, t6);
+    let u5 = _mm256_unpackhi_epi64(t4, t6);
+    let u6 = _mm256_unpacklo_epi64(t5, t7);
+    let u7 = _mm256_unpackhi_epi64(t5, t7);
+    [
+        _mm256_permute2x128_si256::<0x20>(u0, u4),
+        _mm256_permute2x128_si256::<0x20>(u1, u5),
+        _mm256_permute2x128_si256::<0x20>(u2, u6),
+        _mm256_permute2x128_si256::<0x20>(u3, u7),
+        _mm256_permute2x128_si256::<0x31>(u0, u4),
+        _mm256_permute2x128_si256::<0x31>(u1, u5),
+        _mm256_permute2x128_si256::<0x31>(u2, u6),
+        _mm256_permute2x128_si256::<0x31>(u3, u7),
+    ]
+}
+
+/// ggml's `hsum_float_8`: halves, then pairs, then neighbours.
+///
+/// # Safety
+/// AVX2 present.
+#[inline(always)]
+pub(super) unsafe fn hsum_float_8(x: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// The sum of 8 i32 lanes (exact, any order).
+///
+/// # Safety
+/// AVX2 present.
+#[inline(always)]
+pub(super) unsafe fn hsum_i32_8(a: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256::<1>(a));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// The little-endian fp16 at `p` as f32 (`vcvtph2ps`, exact).
+///
+/// # Safety
+/// F16C present; 2 readable bytes at `p`.
+#[inline(always)]
+pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
+    let h = (p as *const u16).read_unaligned();
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// 32 bytes at `p`, unaligned.
+///
+/// # Safety
+/// AVX present; 32 readable bytes at `p`.
+#[inline(always)]
+pub(super) unsafe fn load256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// What identifies a cached tile besides its bytes: the weight address, rows, row stride,
+/// and which kernel decoded it (a tag per ISA and format).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct TileKey {
+    /// Address of the tile's first weight byte.
+    pub addr: usize,
+    /// Weight rows.
+    pub rows: usize,
+    /// Bytes from one row to the next.
+    pub stride: usize,
+    /// The decoder (ISA and format).
+    pub kind: u32,
+}
+
+/// One cached tile: its key, a copy of its weight bytes and what they decoded to.
+struct Entry<D> {
+    key: TileKey,
+    raw: Vec<u8>,
+    dec: Vec<D>,
+}
+
+impl<D> Entry<D> {
+    fn bytes(&self) -> usize {
+        self.raw.len() + self.dec.len() * core::mem::size_of::<D>()
+    }
+}
+
+/// Decoded weight tiles kept by one thread (in a `thread_local!`): `matmul` runs the same
+/// row tile once per token block, and decoding an IQ block can cost as much as its
+/// products with those tokens. An entry is returned only if the tile's bytes equal the
+/// copy kept with it (compared in full), so a reused address never yields stale codes;
+/// the oldest entries go first when the budget is exceeded.
+pub(super) struct TileCache<D> {
+    entries: Vec<Entry<D>>,
+    budget: usize,
+}
+
+impl<D> TileCache<D> {
+    /// An empty cache that keeps at most `budget` bytes (copies plus decoded data).
+    pub const fn new(budget: usize) -> Self {
+        TileCache { entries: Vec::new(), budget }
+    }
+
+    /// Whether a tile of `raw` weight bytes decoding to `units` values of `D` may be cached.
+    pub fn fits(&self, raw: usize, units: usize) -> bool {
+        raw + units * core::mem::size_of::<D>() <= self.budget
+    }
+
+    /// The decoded tile of `raw` under `key`: the cached one when its copy equals `raw`,
+    /// else `decode()`, kept (evicting the oldest entries past the budget).
+    pub fn get_or_decode(&mut self, key: TileKey, raw: &[u8], decode: impl FnOnce() -> Vec<D>) -> &[D] {
+        let i = match self.entries.iter().position(|e| e.key == key && e.raw[..] == raw[..]) {
+            Some(i) => i,
+            None => {
+                let e = Entry { key, raw: raw.to_vec(), dec: decode() };
+                let mut total = e.bytes() + self.entries.iter().map(Entry::bytes).sum::<usize>();
+                while total > self.budget && !self.entries.is_empty() {
+                    total -= self.entries.remove(0).bytes();
+                }
+                self.entries.push(e);
+                self.entries.len() - 1
+            }
+        };
+        &self.entries[i].dec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(addr: usize) -> TileKey {
+        TileKey { addr, rows: 1, stride: 4, kind: 7 }
+    }
+
+    #[test]
+    fn cache_hits_only_on_equal_bytes_and_evicts_oldest() {
+        let mut c = TileCache::<u64>::new(64);
+        let calls = std::cell::Cell::new(0);
+        let mut get = |k: TileKey, raw: &[u8], v: u64| {
+            c.get_or_decode(k, raw, || {
+                calls.set(calls.get() + 1);
+                vec![v; 2]
+            })
+            .to_vec()
+        };
+        assert_eq!(get(key(1), &[1, 2, 3, 4], 10), [10, 10]);
+        // Same key and bytes: cached.
+        assert_eq!(get(key(1), &[1, 2, 3, 4], 11), [10, 10]);
+        // Same key, other bytes (a reused address): decoded again.
+        assert_eq!(get(key(1), &[1, 2, 3, 5], 12), [12, 12]);
+        // Other kind, same bytes: decoded again.
+        assert_eq!(get(TileKey { kind: 8, ..key(1) }, &[1, 2, 3, 5], 13), [13, 13]);
+        assert_eq!(calls.get(), 3);
+        // 3 entries of 4 + 16 bytes fit in 64; a fourth evicts the oldest.
+        assert_eq!(get(key(2), &[0; 4], 14), [14, 14]);
+        assert_eq!(c.entries.len(), 3);
+        assert!(c.entries.iter().all(|e| e.key != key(1) || e.raw != [1, 2, 3, 4]));
+        assert!(c.fits(32, 4) && !c.fits(33, 4));
+    }
+}
