@@ -20,8 +20,25 @@ fn kernel(type_id: u32, backend: &str) -> Option<&'static Kernel> {
     kernels_of(type_id).iter().find(|k| k.backend == backend && (k.available)()).copied()
 }
 
+/// The registered non-scalar kernels of `type_id` this CPU can run (AVX2 and AVX-512 VNNI
+/// on an AVX-512 machine, AVX2 alone under `GGUF_CPU_FEATURES=avx2`).
+fn simd_kernels(type_id: u32) -> Vec<&'static Kernel> {
+    kernels_of(type_id).iter().filter(|k| k.backend != "scalar" && (k.available)()).copied().collect()
+}
+
 fn has_simd() -> bool {
-    kernel(IQ4_NL, "avx512vnni").is_some()
+    !simd_kernels(IQ4_NL).is_empty()
+}
+
+/// Every type has a kernel on each SIMD level this CPU allows.
+#[test]
+fn every_simd_level_has_kernels() {
+    #[cfg(target_arch = "x86_64")]
+    for (type_id, ..) in TYPES {
+        let has = |b: &str| kernel(type_id, b).is_some();
+        assert_eq!(has("avx2"), quant_kernels::x86_64::has_avx2(), "type {type_id} avx2");
+        assert_eq!(has("avx512vnni"), quant_kernels::x86_64::vnni::has_vnni(), "type {type_id} avx512vnni");
+    }
 }
 
 /// Random weight rows: random codes and scales in a sane range (every code, both signs of
@@ -103,65 +120,93 @@ fn simd_tiles_are_bit_identical_to_scalar_twins() {
     let mut rng = StdRng::seed_from_u64(7);
     let mut compared = 0usize;
     let mut paths_seen = std::collections::BTreeSet::new();
+    let mut repacked_seen = std::collections::BTreeSet::new();
+    let mut backends_seen = std::collections::BTreeSet::new();
     for (type_id, qk, bb, _) in TYPES {
-        let simd = kernel(type_id, "avx512vnni").unwrap();
-        let scalar = kernel(type_id, "scalar").unwrap();
-        assert_eq!(simd.vec_dot_type, scalar.vec_dot_type);
-        let blocks: &[usize] = if qk == 32 { &[1, 2, 3, 5, 18, 19, 48] } else { &[1, 2, 3, 6] };
-        for (i, &nb) in blocks.iter().enumerate() {
-            let cols = nb * qk;
-            // Below, at and above the 8-row groups of the repacked and tiled kernels.
-            let rows = [3usize, 8, 9, 17, 5, 16, 11][(i + type_id as usize) % 7];
-            let w = weights(&mut rng, type_id, rows, cols);
-            let (_, xq, xrow) = acts(&mut rng, type_id, 9, cols);
-            let wrow = nb * bb;
-            for nt in 1..=9 {
-                for (total_rows, total_tokens, expert) in regimes(rows, nt) {
-                    let ys = rows + 2;
-                    let tl = Tile {
-                        n: cols,
-                        w: &w,
-                        w_stride: wrow,
-                        rows,
-                        x: &xq[..nt * xrow],
-                        x_stride: xrow,
-                        tokens: nt,
-                        batched: if expert { 0 } else { nt - nt % 4 },
-                        total_tokens,
-                        total_rows,
-                        expert,
-                    };
-                    let path = path_of(type_id, &tl);
-                    paths_seen.insert((type_id, format!("{path:?}")));
-                    let mut got = vec![f32::NAN; nt * ys];
-                    let mut want = vec![f32::NAN; nt * ys];
-                    (simd.tile.unwrap())(&tl, &mut got, ys);
-                    (scalar.tile.unwrap())(&tl, &mut want, ys);
-                    for t in 0..nt {
-                        for r in 0..rows {
-                            let one = twin(type_id, path, &w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
-                            let (g, e) = (got[t * ys + r], want[t * ys + r]);
-                            assert_eq!(
+        for simd in simd_kernels(type_id) {
+            let scalar = kernel(type_id, "scalar").unwrap();
+            assert_eq!(simd.vec_dot_type, scalar.vec_dot_type);
+            let blocks: &[usize] = if qk == 32 { &[1, 2, 3, 5, 18, 19, 48] } else { &[1, 2, 3, 6] };
+            for (i, &nb) in blocks.iter().enumerate() {
+                let cols = nb * qk;
+                // Below, at and above the 8-row groups of the repacked and tiled kernels.
+                let rows = [3usize, 8, 9, 17, 5, 16, 11][(i + type_id as usize) % 7];
+                let w = weights(&mut rng, type_id, rows, cols);
+                let (_, xq, xrow) = acts(&mut rng, type_id, 9, cols);
+                let wrow = nb * bb;
+                for nt in 1..=9 {
+                    for (total_rows, total_tokens, expert) in regimes(rows, nt) {
+                        let ys = rows + 2;
+                        let tl = Tile {
+                            n: cols,
+                            w: &w,
+                            w_stride: wrow,
+                            rows,
+                            x: &xq[..nt * xrow],
+                            x_stride: xrow,
+                            tokens: nt,
+                            batched: if expert { 0 } else { nt - nt % 4 },
+                            total_tokens,
+                            total_rows,
+                            expert,
+                        };
+                        let path = path_of(type_id, &tl);
+                        paths_seen.insert((type_id, format!("{path:?}")));
+                        let mut got = vec![f32::NAN; nt * ys];
+                        let mut want = vec![f32::NAN; nt * ys];
+                        (simd.tile.unwrap())(&tl, &mut got, ys);
+                        (scalar.tile.unwrap())(&tl, &mut want, ys);
+                        for t in 0..nt {
+                            for r in 0..rows {
+                                let one = twin(type_id, path, &w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
+                                let (g, e) = (got[t * ys + r], want[t * ys + r]);
+                                assert_eq!(
                                 g.to_bits(),
                                 e.to_bits(),
-                                "type {type_id} cols {cols} tokens {nt} {path:?} y[{t}][{r}]: simd {g:e} scalar {e:e}"
+                                "{} type {type_id} cols {cols} tokens {nt} {path:?} y[{t}][{r}]: simd {g:e} scalar {e:e}",
+                                simd.backend
                             );
-                            assert_eq!(e.to_bits(), one.to_bits(), "scalar tile vs twin, type {type_id} {path:?}");
-                            compared += 1;
+                                assert_eq!(e.to_bits(), one.to_bits(), "scalar tile vs twin, type {type_id} {path:?}");
+                                compared += 1;
+                            }
+                            assert!(got[t * ys + rows..(t + 1) * ys].iter().all(|v| v.is_nan()), "padding written");
                         }
-                        assert!(got[t * ys + rows..(t + 1) * ys].iter().all(|v| v.is_nan()), "padding written");
+                        // The kernel's repacked layout (whole 8-row groups), in a repacked regime.
+                        if let Some(rp) =
+                            simd.repack.as_ref().filter(|_| path == Path::Repack && rows.is_multiple_of(8))
+                        {
+                            let packed = (rp.repack)(&w[..rows * wrow], rows, cols);
+                            let tp = Tile { w: &packed, ..tl };
+                            let mut gotp = vec![f32::NAN; nt * ys];
+                            (rp.tile)(&tp, &mut gotp, ys);
+                            for t in 0..nt {
+                                for r in 0..rows {
+                                    let (g, e) = (gotp[t * ys + r], want[t * ys + r]);
+                                    assert_eq!(
+                                        g.to_bits(),
+                                        e.to_bits(),
+                                        "{} {} type {type_id} y[{t}][{r}]",
+                                        simd.backend,
+                                        rp.name
+                                    );
+                                    compared += 1;
+                                }
+                            }
+                            repacked_seen.insert((type_id, simd.backend));
+                        }
+                    }
+                }
+                // vec_dot: llama.cpp's one-token, not-repacked arithmetic.
+                for t in 0..9 {
+                    for r in 0..rows {
+                        let (wr, xr) = (&w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
+                        let want = twin(type_id, Path::VecDot, wr, xr);
+                        assert_eq!((simd.vec_dot)(cols, wr, xr).to_bits(), want.to_bits(), "vec_dot type {type_id}");
+                        assert_eq!((scalar.vec_dot)(cols, wr, xr).to_bits(), want.to_bits(), "scalar vec_dot");
                     }
                 }
             }
-            // vec_dot: llama.cpp's one-token, not-repacked arithmetic.
-            for t in 0..9 {
-                for r in 0..rows {
-                    let (wr, xr) = (&w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
-                    let want = twin(type_id, Path::VecDot, wr, xr);
-                    assert_eq!((simd.vec_dot)(cols, wr, xr).to_bits(), want.to_bits(), "vec_dot type {type_id}");
-                    assert_eq!((scalar.vec_dot)(cols, wr, xr).to_bits(), want.to_bits(), "scalar vec_dot");
-                }
-            }
+            backends_seen.insert(simd.backend);
         }
     }
     // Every regime of every type was exercised.
@@ -178,6 +223,11 @@ fn simd_tiles_are_bit_identical_to_scalar_twins() {
         assert!(paths_seen.contains(&(ty, p.to_string())), "type {ty} path {p} never tested");
     }
     assert!(compared > 10_000, "only {compared} comparisons");
+    for b in &backends_seen {
+        for ty in [IQ4_NL, MXFP4] {
+            assert!(repacked_seen.contains(&(ty, *b)), "{b}: type {ty} repacked tile never tested");
+        }
+    }
 }
 
 /// The paths differ in their float rounding: on enough random rows each pair of paths
@@ -353,8 +403,7 @@ fn a_wrong_code_is_detected() {
         for &p in paths {
             assert_ne!(twin(type_id, p, &w, &xq).to_bits(), twin(type_id, p, &bad, &xq).to_bits(), "type {type_id}");
         }
-        if has_simd() {
-            let k = kernel(type_id, "avx512vnni").unwrap();
+        for k in simd_kernels(type_id) {
             assert_ne!((k.vec_dot)(cols, &bad, &xq).to_bits(), twin(type_id, Path::VecDot, &w, &xq).to_bits());
         }
     }
@@ -381,7 +430,7 @@ fn repacked_matrices_are_bit_identical_to_twins() {
             let w = weights(&mut rng, type_id, rows, cols);
             let m = Matrix::new(type_id, &w, rows, cols).unwrap();
             let Some(rp) = Repacked::new(&m) else {
-                assert!(!has_simd(), "a VNNI CPU without the {type_id} repacker");
+                assert!(!has_simd(), "a SIMD CPU without the {type_id} repacker");
                 return;
             };
             assert!(rp.backend().ends_with("x8"), "repacked by {}", rp.backend());

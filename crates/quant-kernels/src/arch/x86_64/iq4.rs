@@ -1,18 +1,26 @@
-//! AVX-512 VNNI (256-bit `vpdpbusd` via AVX512VL) tile kernels for IQ4_NL and MXFP4 (× Q8_0)
-//! and IQ4_XS (× Q8_K), in the float arithmetic llama.cpp's CPU backend uses for the
-//! product on an AVX2 / AVX-512 machine (`vec_dot`, the repacked 8×8 kernels, tinyBLAS or
-//! the tiled matmul: see [`crate::scalar::iq4`], whose functions are the scalar twins).
+//! Tile kernels for IQ4_NL and MXFP4 (× Q8_0) and IQ4_XS (× Q8_K) on AVX2 and on AVX-512
+//! VNNI (256-bit `vpdpbusd` via AVX512VL), in the float arithmetic llama.cpp's CPU backend
+//! uses for the product on an AVX2 / AVX-512 machine (`vec_dot`, the repacked 8×8 kernels,
+//! tinyBLAS or the tiled matmul: see [`crate::scalar::iq4`], whose functions are the scalar
+//! twins). One body of kernels serves both ISAs: they differ only in how 4 codes times 4
+//! activations become a 32-bit lane ([`Mac`]), and each ISA compiles the body with its
+//! own features (`run_avx2`, `run_vnni`).
 //!
-//! Codes are looked up (`vpshufb`) as `kvalue + 128` (unsigned) and dotted with the signed
-//! activations by `vpdpbusd`; `128·Σx` per 4-byte lane, computed once per tile for every
-//! activation block, is the accumulator's initial value (negated), so each lane is the
-//! exact `Σ kvalue·x` of its 4 elements — the lanes of ggml's `maddubs`/`madd` sums.
+//! - AVX2: codes looked up (`vpshufb`) as signed `kvalue`s and multiplied as ggml's AVX2
+//!   build does (`maddubs(|q|, sign(x, q))`, `madd` with ones).
+//! - AVX-512 VNNI: codes looked up as `kvalue + 128` (unsigned) and dotted with the signed
+//!   activations by `vpdpbusd`; `128·Σx` per 4-byte lane, computed once per tile for every
+//!   activation block, is the accumulator's initial value (negated).
+//!
+//! Either way each lane is the exact `Σ kvalue·x` of its 4 elements — the lanes of ggml's
+//! `maddubs`/`madd` sums.
 //!
 //! The paths whose float arithmetic works on whole-block sums (the repacked 8×8 kernels of
 //! IQ4_NL and MXFP4, IQ4_XS's tiled matmul) run 8 weight rows at once with one 32-bit lane
 //! per row, as llama.cpp's repacked kernels do: the 8 rows' codes are transposed on the
-//! fly, 4 activations are broadcast per `vpdpbusd`, and no horizontal sum is needed. The
-//! `vec_dot` and tinyBLAS paths keep 8 lanes per row and run one row at a time.
+//! fly (or repacked at load time), 4 activations are broadcast per multiply, and no
+//! horizontal sum is needed. The `vec_dot` and tinyBLAS paths keep 8 lanes per row and run
+//! one row at a time.
 //!
 //! Products agree bit for bit with the scalar twins for any input, and with ggml for the
 //! activations its quantizers produce (`−127..=127`; ggml's sign trick would differ on a
@@ -20,6 +28,7 @@
 
 use core::arch::x86_64::*;
 
+use super::has_avx2;
 use super::tiles::{
     check_tile, dot_via_tile, f16_at, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8, load256, row_offsets, store_n,
 };
@@ -30,35 +39,200 @@ use crate::scalar::iq4::{self as s, Path, IQ4_NL_BYTES, IQ4_XS_BYTES, MXFP4_BYTE
 use ggml_quants::types::iq_common::e8m0_to_fp32_half;
 use ggml_quants::types::iq_tables::{KVALUES_FP4, KVALUES_IQ4NL};
 
-/// The 32 codes of one block (16 bytes at `p`: low nibbles elements 0..16, high nibbles
-/// 16..32) looked up in `lut` (the biased codebook in both 128-bit halves).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn decode32(p: *const u8, lut: __m256i) -> __m256i {
-    let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
-    let shifts = _mm256_set_epi16(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
-    _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_srlv_epi16(both, shifts)))
-}
-
-/// `kvalues + 128` in both halves of a vector.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn biased_lut(kv: &[i8; 16]) -> __m256i {
-    let mut b = [0u8; 16];
-    for (o, &k) in b.iter_mut().zip(kv) {
-        *o = (k as i32 + 128) as u8;
+/// How an ISA multiplies 4 codes by 4 activations into a 32-bit lane (the one part of these
+/// kernels the ISAs do differently), and its entry into the kernels ([`Mac::run`]).
+trait Mac {
+    /// Backend name.
+    const NAME: &'static str;
+    /// Whether codes are biased (`kvalue + 128`) and each dot starts at the activations'
+    /// offset `−128·Σx` ([`prep`] computes them).
+    const OFFSETS: bool;
+    /// Whether the CPU (and [`crate::cpu`]'s cap) allows the kernels.
+    fn available() -> bool;
+    /// The codebook as the kernels look it up, in both 128-bit halves.
+    ///
+    /// # Safety
+    /// The ISA's features present.
+    unsafe fn lut(kv: &[i8; 16]) -> __m256i;
+    /// `acc + Σ q·x` over each 4-byte lane (`q` looked up in [`Mac::lut`], `x` signed).
+    ///
+    /// # Safety
+    /// The ISA's features present.
+    unsafe fn dot(acc: __m256i, q: __m256i, x: __m256i) -> __m256i;
+    /// `−128·Σx` per 4-byte lane of the 32 activation bytes at `p` (when [`Mac::OFFSETS`]).
+    ///
+    /// # Safety
+    /// The ISA's features present; 32 readable bytes at `p`.
+    unsafe fn neg_offset(p: *const u8) -> __m256i;
+    /// The 32 codes of one block (16 bytes at `p`: low nibbles elements 0..16, high
+    /// nibbles 16..32) looked up in `lut`.
+    ///
+    /// # Safety
+    /// The ISA's features present; 16 readable bytes at `p`.
+    #[inline(always)]
+    unsafe fn decode32(p: *const u8, lut: __m256i) -> __m256i {
+        let v = _mm_loadu_si128(p as *const __m128i);
+        let m = _mm_set1_epi8(0xF);
+        let codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(v), m), _mm_and_si128(v, m));
+        _mm256_shuffle_epi8(lut, codes)
     }
-    _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr() as *const __m128i))
+    // The kernels below compiled with the ISA's features (`isa_entries!`), each a
+    // function of its own as the one-ISA kernels were.
+    //
+    // Safety of each: [`Mac::available`]; every row, activation row (`a.nb` blocks) and
+    // output it touches in bounds, as [`check_tile`] verifies.
+
+    /// [`prep`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn prep(
+        x: *const u8,
+        x_stride: usize,
+        tokens: usize,
+        nb: usize,
+        xb: usize,
+        xq: usize,
+        groups: usize,
+        f16: bool,
+        p: &mut Prep,
+    );
+    /// [`b32_imp`] with the codebook `kv`.
+    unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, kv: &[i8; 16], t0: usize);
+    /// [`b32_rep8`] with the codebook `kv`.
+    unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, kv: &[i8; 16], t0: usize, r0: usize, nr: usize);
+    /// [`xs_tiled8`] with the codebook `kv`.
+    unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, kv: &[i8; 16], t0: usize, r0: usize, nr: usize);
+    /// [`xs_imp`] with the codebook `kv`.
+    unsafe fn xs_imp<const T: usize>(a: &Args<'_>, kv: &[i8; 16], t0: usize);
+    /// [`b32x8_imp`] with the codebook `kv`.
+    unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, kv: &[i8; 16], t0: usize);
 }
 
-/// `−128·Σx` per 4-byte lane of the 32 activation bytes at `p`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-unsafe fn neg_offset(p: *const u8) -> __m256i {
-    let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), load256(p));
-    _mm256_sub_epi32(_mm256_setzero_si256(), o)
+/// A [`Mac`] impl's kernel entries: the generic bodies compiled with `$features`.
+macro_rules! isa_entries {
+    ($m:ty, $features:literal) => {
+        #[target_feature(enable = $features)]
+        unsafe fn prep(
+            x: *const u8,
+            x_stride: usize,
+            tokens: usize,
+            nb: usize,
+            xb: usize,
+            xq: usize,
+            groups: usize,
+            f16: bool,
+            p: &mut Prep,
+        ) {
+            prep::<$m>(x, x_stride, tokens, nb, xb, xq, groups, f16, p)
+        }
+        #[target_feature(enable = $features)]
+        unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, kv: &[i8; 16], t0: usize) {
+            b32_imp::<$m, T, MX, P>(a, <$m>::lut(kv), t0)
+        }
+        #[target_feature(enable = $features)]
+        unsafe fn b32_rep8<const T: usize, const MX: bool>(
+            a: &Args<'_>,
+            kv: &[i8; 16],
+            t0: usize,
+            r0: usize,
+            nr: usize,
+        ) {
+            b32_rep8::<$m, T, MX>(a, <$m>::lut(kv), t0, r0, nr)
+        }
+        #[target_feature(enable = $features)]
+        unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, kv: &[i8; 16], t0: usize, r0: usize, nr: usize) {
+            xs_tiled8::<$m, T>(a, <$m>::lut(kv), t0, r0, nr)
+        }
+        #[target_feature(enable = $features)]
+        unsafe fn xs_imp<const T: usize>(a: &Args<'_>, kv: &[i8; 16], t0: usize) {
+            xs_imp::<$m, T>(a, <$m>::lut(kv), t0)
+        }
+        #[target_feature(enable = $features)]
+        unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, kv: &[i8; 16], t0: usize) {
+            b32x8_imp::<$m, T, MX>(a, <$m>::lut(kv), t0)
+        }
+    };
 }
 
+/// AVX-512 VNNI: biased codes (`kvalue + 128`, unsigned) `vpdpbusd`-ed with the signed
+/// activations, each lane starting at `−128·Σx`.
+struct Vnni;
+
+impl Mac for Vnni {
+    const NAME: &'static str = "avx512vnni";
+    const OFFSETS: bool = true;
+    fn available() -> bool {
+        has_vnni()
+    }
+    #[inline(always)]
+    unsafe fn lut(kv: &[i8; 16]) -> __m256i {
+        let b: [u8; 16] = core::array::from_fn(|i| (kv[i] as i32 + 128) as u8);
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr() as *const __m128i))
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, q, x)
+    }
+    #[inline(always)]
+    unsafe fn neg_offset(p: *const u8) -> __m256i {
+        let o = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), load256(p));
+        _mm256_sub_epi32(_mm256_setzero_si256(), o)
+    }
+    #[inline(always)]
+    unsafe fn decode32(p: *const u8, lut: __m256i) -> __m256i {
+        // Both halves at once: one variable shift (AVX-512BW/VL) puts the high nibbles in
+        // the upper 128 bits.
+        let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
+        let shifts = _mm256_set_epi16(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
+        _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_srlv_epi16(both, shifts)))
+    }
+    isa_entries!(Vnni, "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
+}
+
+/// AVX2: signed codes, ggml's `mul_sum_i8_pairs` (`maddubs(|q|, sign(x, q))`, then `madd`
+/// with ones), exact since every pair sum is at most `2·127·127 < 2¹⁵`.
+struct Avx2;
+
+impl Mac for Avx2 {
+    const NAME: &'static str = "avx2";
+    const OFFSETS: bool = false;
+    fn available() -> bool {
+        has_avx2()
+    }
+    #[inline(always)]
+    unsafe fn lut(kv: &[i8; 16]) -> __m256i {
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(kv.as_ptr() as *const __m128i))
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+        _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    }
+    #[inline(always)]
+    unsafe fn neg_offset(_p: *const u8) -> __m256i {
+        _mm256_setzero_si256()
+    }
+    isa_entries!(Avx2, "avx2,fma,f16c");
+}
+
+/// The lane offset `i` of the tile's activations (zero where the ISA needs none).
+#[inline(always)]
+unsafe fn off<M: Mac>(p: &Prep, i: usize) -> __m256i {
+    if M::OFFSETS {
+        *p.off.get_unchecked(i)
+    } else {
+        _mm256_setzero_si256()
+    }
+}
+
+/// The offset `i` summed over its lanes (zero where the ISA needs none).
+#[inline(always)]
+unsafe fn tot<M: Mac>(p: &Prep, i: usize) -> i32 {
+    if M::OFFSETS {
+        *p.tot.get_unchecked(i)
+    } else {
+        0
+    }
+}
 /// Per-tile activation set-up: scales and lane offsets.
 #[derive(Default)]
 struct Prep {
@@ -78,8 +252,8 @@ thread_local! {
 /// Fills `p` for `tokens` activation rows of `nb` blocks of `xb` bytes, the scale at byte 0
 /// (fp16 when `f16`, else f32) and `groups` 32-byte groups of quants from byte `xq`.
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn prep(
+#[inline(always)]
+unsafe fn prep<M: Mac>(
     x: *const u8,
     x_stride: usize,
     tokens: usize,
@@ -94,16 +268,20 @@ unsafe fn prep(
     p.off.clear();
     p.tot.clear();
     p.d.resize(nb * tokens, 0.0);
-    p.off.reserve(tokens * nb * groups);
-    p.tot.reserve(tokens * nb * groups);
+    if M::OFFSETS {
+        p.off.reserve(tokens * nb * groups);
+        p.tot.reserve(tokens * nb * groups);
+    }
     for t in 0..tokens {
         for b in 0..nb {
             let blk = x.add(t * x_stride + b * xb);
             p.d[b * tokens + t] = if f16 { f16_at(blk) } else { (blk as *const f32).read_unaligned() };
-            for g in 0..groups {
-                let o = neg_offset(blk.add(xq + 32 * g));
-                p.off.push(o);
-                p.tot.push(hsum_i8(o));
+            if M::OFFSETS {
+                for g in 0..groups {
+                    let o = M::neg_offset(blk.add(xq + 32 * g));
+                    p.off.push(o);
+                    p.tot.push(hsum_i8(o));
+                }
             }
         }
     }
@@ -139,8 +317,8 @@ struct Args<'a> {
 
 /// IQ4_NL (`MX == false`) or MXFP4 rows against tokens `t0..t0+T`, along path `P`
 /// (`vec_dot` or tinyBLAS: 8 lanes per row; the repacked path is [`b32_rep8`]).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut: __m256i, t0: usize) {
+#[inline(always)]
+unsafe fn b32_imp<M: Mac, const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut: __m256i, t0: usize) {
     let (wbytes, qs) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
     let nb = a.nb;
     // vec_dot pairs blocks (two accumulators); a last odd block is a scalar tail.
@@ -153,11 +331,11 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
         for b in 0..nb {
             let wb = wr.add(b * wbytes);
             let dw = if MX { e8m0_to_fp32_half(*wb) } else { f16_at(wb) };
-            let q = decode32(wb.add(qs), lut);
+            let q = M::decode32(wb.add(qs), lut);
             for t in 0..T {
                 let tt = t0 + t;
                 let xq = load256(a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2));
-                let dot = _mm256_dpbusd_epi32(*a.p.off.get_unchecked(tt * nb + b), q, xq);
+                let dot = M::dot(off::<M>(a.p, tt * nb + b), q, xq);
                 let d = dw * *a.p.d.get_unchecked(b * a.tokens + tt);
                 if b >= paired {
                     tail[t] = (d, hsum_i8(dot));
@@ -190,8 +368,7 @@ unsafe fn b32_imp<const T: usize, const MX: bool, const P: u8>(a: &Args<'_>, lut
 /// `i`), looked up in `lut`, transposed to one 32-bit lane per row: `u[g]` lane `i` holds
 /// elements `4g..4g+4` of row `i` (low nibbles of code bytes `4g..4g+4` for `g < 4`, high
 /// nibbles of bytes `4(g−4)..` for `g ≥ 4`).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
+#[inline(always)]
 unsafe fn decode_t8(p: *const u8, ro: &[usize; 8], lut: __m256i) -> [__m256i; 8] {
     // Rows i and i + 4 in the two halves, then a 4 × 4 transpose of 32-bit words per half.
     let mut y = [_mm256_setzero_si256(); 4];
@@ -220,8 +397,7 @@ unsafe fn decode_t8(p: *const u8, ro: &[usize; 8], lut: __m256i) -> [__m256i; 8]
 }
 
 /// The weight scales of rows `0..8` (`stride` bytes apart) at `p` (fp16 or E8M0) as one vector.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
+#[inline(always)]
 unsafe fn scales8<const MX: bool>(p: *const u8, ro: &[usize; 8]) -> __m256 {
     if MX {
         let mut e = [0f32; 8];
@@ -235,8 +411,7 @@ unsafe fn scales8<const MX: bool>(p: *const u8, ro: &[usize; 8]) -> __m256 {
 }
 
 /// The fp16 at `p + i·stride`, `i < 8`, as one vector.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
+#[inline(always)]
 unsafe fn f16x8(p: *const u8, ro: &[usize; 8]) -> __m256 {
     let mut h = [0u16; 8];
     for (i, hi) in h.iter_mut().enumerate() {
@@ -246,11 +421,17 @@ unsafe fn f16x8(p: *const u8, ro: &[usize; 8]) -> __m256 {
 }
 
 /// The repacked path for 8 rows at once (rows `r0..r0+8`), as llama.cpp's 8×8 kernels:
-/// one 32-bit lane per row, so each `vpdpbusd` (weights of 8 rows, 4 activations
+/// one 32-bit lane per row, so each multiply (weights of 8 rows, 4 activations
 /// broadcast) adds to every row's block dot and no horizontal sum is needed; per block
 /// `acc = fma(Σ, d_w·d_x, acc)` lane by lane, the scalar twin's arithmetic.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize, nr: usize) {
+#[inline(always)]
+unsafe fn b32_rep8<M: Mac, const T: usize, const MX: bool>(
+    a: &Args<'_>,
+    lut: __m256i,
+    t0: usize,
+    r0: usize,
+    nr: usize,
+) {
     let (wbytes, qs) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
     let nb = a.nb;
     let w0 = a.w.add(r0 * a.w_stride);
@@ -273,9 +454,9 @@ unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t
         for (t, acc) in acc.iter_mut().enumerate() {
             let tt = t0 + t;
             let xq = a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2) as *const i32;
-            let mut dot = _mm256_set1_epi32(*a.p.tot.get_unchecked(tt * nb + b));
+            let mut dot = _mm256_set1_epi32(tot::<M>(a.p, tt * nb + b));
             for (g, ug) in u.iter().enumerate() {
-                dot = _mm256_dpbusd_epi32(dot, *ug, _mm256_set1_epi32(xq.add(g).read_unaligned()));
+                dot = M::dot(dot, *ug, _mm256_set1_epi32(xq.add(g).read_unaligned()));
             }
             let d = _mm256_mul_ps(dw, _mm256_set1_ps(*a.p.d.get_unchecked(b * a.tokens + tt)));
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
@@ -288,8 +469,8 @@ unsafe fn b32_rep8<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t
 
 /// The tiled IQ4_XS path for 8 rows at once (one lane per row, as [`b32_rep8`]): per
 /// 256-block the exact `s1 = Σ ls·dot`, `r = s1·d_w`, `acc = fma(r, d_x, acc)`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize, nr: usize) {
+#[inline(always)]
+unsafe fn xs_tiled8<M: Mac, const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: usize, nr: usize) {
     let nb = a.nb;
     let w0 = a.w.add(r0 * a.w_stride);
     let ro = row_offsets(nr, a.w_stride);
@@ -312,12 +493,11 @@ unsafe fn xs_tiled8<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize, r0: u
         for (t, acc) in acc.iter_mut().enumerate() {
             let tt = t0 + t;
             let xq = a.x.add(tt * a.x_stride + b * Q8_K_BYTES + 4) as *const i32;
-            let tot = a.p.tot.as_ptr().add((tt * nb + b) * 8);
             let mut s1 = _mm256_setzero_si256();
             for (sb, usb) in u.iter().enumerate() {
-                let mut dot = _mm256_set1_epi32(*tot.add(sb));
+                let mut dot = _mm256_set1_epi32(tot::<M>(a.p, (tt * nb + b) * 8 + sb));
                 for (g, ug) in usb.iter().enumerate() {
-                    dot = _mm256_dpbusd_epi32(dot, *ug, _mm256_set1_epi32(xq.add(8 * sb + g).read_unaligned()));
+                    dot = M::dot(dot, *ug, _mm256_set1_epi32(xq.add(8 * sb + g).read_unaligned()));
                 }
                 let lsv = _mm256_loadu_si256(ls[sb].as_ptr() as *const __m256i);
                 s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(dot, lsv));
@@ -341,14 +521,14 @@ macro_rules! by_rows8 {
             let mut t0 = 0;
             while t0 < $t.tokens {
                 match $t.tokens - t0 {
-                    1 => $rep8::<1, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    2 => $rep8::<2, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    3 => $rep8::<3, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    4 => $rep8::<4, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    5 => $rep8::<5, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    6 => $rep8::<6, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    7 => $rep8::<7, $($g8)*>(&$args, $lut, t0, r0, nr),
-                    _ => $rep8::<8, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    1 => M::$rep8::<1, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    2 => M::$rep8::<2, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    3 => M::$rep8::<3, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    4 => M::$rep8::<4, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    5 => M::$rep8::<5, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    6 => M::$rep8::<6, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    7 => M::$rep8::<7, $($g8)*>(&$args, $lut, t0, r0, nr),
+                    _ => M::$rep8::<8, $($g8)*>(&$args, $lut, t0, r0, nr),
                 }
                 t0 += 8;
             }
@@ -359,8 +539,8 @@ macro_rules! by_rows8 {
 
 /// IQ4_XS rows against tokens `t0..t0+T` in vec_dot's arithmetic (8 lanes per row; the
 /// tiled path is [`xs_tiled8`]).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn xs_imp<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) {
+#[inline(always)]
+unsafe fn xs_imp<M: Mac, const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) {
     let nb = a.nb;
     for r in 0..a.rows {
         let wr = a.w.add(r * a.w_stride);
@@ -371,15 +551,14 @@ unsafe fn xs_imp<const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) {
             let ls = s::iq4_xs_scales(core::slice::from_raw_parts(wb, 8));
             let mut q = [_mm256_setzero_si256(); 8];
             for (sb, qv) in q.iter_mut().enumerate() {
-                *qv = decode32(wb.add(8 + 16 * sb), lut);
+                *qv = M::decode32(wb.add(8 + 16 * sb), lut);
             }
             for (t, acc) in acc.iter_mut().enumerate() {
                 let tt = t0 + t;
                 let xb = a.x.add(tt * a.x_stride + b * Q8_K_BYTES);
-                let off = a.p.off.as_ptr().add((tt * nb + b) * 8);
                 let mut sumi = _mm256_setzero_si256();
                 for sb in 0..8 {
-                    let dot = _mm256_dpbusd_epi32(*off.add(sb), q[sb], load256(xb.add(4 + 32 * sb)));
+                    let dot = M::dot(off::<M>(a.p, (tt * nb + b) * 8 + sb), q[sb], load256(xb.add(4 + 32 * sb)));
                     sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_set1_epi32(ls[sb])));
                 }
                 let dx = *a.p.d.get_unchecked(b * a.tokens + tt);
@@ -398,106 +577,113 @@ macro_rules! by_tokens {
         let mut t0 = 0;
         while t0 < $t.tokens {
             match $t.tokens - t0 {
-                1 => $imp::<1, $($g)*>(&$args, $lut, t0),
-                2 => $imp::<2, $($g)*>(&$args, $lut, t0),
-                3 => $imp::<3, $($g)*>(&$args, $lut, t0),
-                _ => $imp::<4, $($g)*>(&$args, $lut, t0),
+                1 => M::$imp::<1, $($g)*>(&$args, $lut, t0),
+                2 => M::$imp::<2, $($g)*>(&$args, $lut, t0),
+                3 => M::$imp::<3, $($g)*>(&$args, $lut, t0),
+                _ => M::$imp::<4, $($g)*>(&$args, $lut, t0),
             }
             t0 += 4;
         }
     }};
 }
 
-fn b32_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+/// Runs `imp::<T>` over the tile's tokens in groups of up to 8.
+macro_rules! by_tokens8 {
+    ($t:expr, $args:expr, $lut:expr, $imp:ident, $($g:tt)*) => {{
+        let mut t0 = 0;
+        while t0 < $t.tokens {
+            match $t.tokens - t0 {
+                1 => M::$imp::<1, $($g)*>(&$args, $lut, t0),
+                2 => M::$imp::<2, $($g)*>(&$args, $lut, t0),
+                3 => M::$imp::<3, $($g)*>(&$args, $lut, t0),
+                4 => M::$imp::<4, $($g)*>(&$args, $lut, t0),
+                5 => M::$imp::<5, $($g)*>(&$args, $lut, t0),
+                6 => M::$imp::<6, $($g)*>(&$args, $lut, t0),
+                7 => M::$imp::<7, $($g)*>(&$args, $lut, t0),
+                _ => M::$imp::<8, $($g)*>(&$args, $lut, t0),
+            }
+            t0 += 8;
+        }
+    }};
+}
+
+/// What one tile runs: a 32-element format (IQ4_NL, or MXFP4 when `mx`) along a path
+/// ([`path_code`]), IQ4_XS (`vec_dot` or tiled), or repacked 8-row groups of a 32-element
+/// format.
+#[derive(Clone, Copy)]
+enum Job {
+    B32 { mx: bool, path: u8 },
+    Xs { tiled: bool },
+    B32x8 { mx: bool },
+}
+
+/// One tile on ISA `M`: the activation set-up into `p`, then `job`'s kernel over rows and
+/// tokens.
+///
+/// # Safety
+/// As [`Mac`]'s kernels, for the whole tile.
+unsafe fn run<M: Mac>(job: Job, t: &Tile<'_>, y: *mut f32, y_stride: usize, nb: usize, p: &mut Prep) {
+    match job {
+        Job::Xs { .. } => M::prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_K_BYTES, 4, 8, false, p),
+        _ => M::prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_0_BYTES, 2, 1, true, p),
+    }
+    let args = Args {
+        w: t.w.as_ptr(),
+        w_stride: t.w_stride,
+        rows: t.rows,
+        nb,
+        x: t.x.as_ptr(),
+        x_stride: t.x_stride,
+        tokens: t.tokens,
+        p,
+        y,
+        y_stride,
+    };
+    let mx = matches!(job, Job::B32 { mx: true, .. } | Job::B32x8 { mx: true });
+    let lut = if mx { &KVALUES_FP4 } else { &KVALUES_IQ4NL };
+    match job {
+        Job::B32 { mx: false, path: P_REPACK } => by_rows8!(t, args, lut, b32_rep8, [false]),
+        Job::B32 { mx: true, path: P_REPACK } => by_rows8!(t, args, lut, b32_rep8, [true]),
+        Job::B32 { mx: false, path: P_TINY } => by_tokens!(t, args, lut, b32_imp, false, P_TINY),
+        Job::B32 { mx: true, path: P_TINY } => by_tokens!(t, args, lut, b32_imp, true, P_TINY),
+        Job::B32 { mx: false, .. } => by_tokens!(t, args, lut, b32_imp, false, P_VECDOT),
+        Job::B32 { mx: true, .. } => by_tokens!(t, args, lut, b32_imp, true, P_VECDOT),
+        Job::Xs { tiled: true } => by_rows8!(t, args, lut, xs_tiled8, []),
+        Job::Xs { tiled: false } => by_tokens!(t, args, lut, xs_imp,),
+        Job::B32x8 { mx: false } => by_tokens8!(t, args, lut, b32x8_imp, false),
+        Job::B32x8 { mx: true } => by_tokens8!(t, args, lut, b32x8_imp, true),
+    }
+}
+
+/// Runs `f` with the thread's activation set-up buffers (kept between tiles).
+fn with_prep(f: impl FnOnce(&mut Prep)) {
+    let mut p = PREP.with(|c| c.take());
+    f(&mut p);
+    PREP.with(|c| c.set(p));
+}
+
+/// An IQ4_NL (`MX == false`) or MXFP4 tile on ISA `M` along the path llama.cpp takes.
+fn b32_tile<M: Mac, const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let wbytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
-    let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 32, wbytes, Q8_0_BYTES);
+    let nb = check_tile(t, y, y_stride, M::available(), M::NAME, 32, wbytes, Q8_0_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     let path = path_code(if MX { s::mxfp4_path(t) } else { s::iq4_nl_path(t) });
     // SAFETY: `check_tile` verified that every weight row, activation row and output the
-    // kernels touch is in bounds and that the CPU has the features (`has_vnni`).
-    unsafe {
-        let mut p = PREP.with(|c| c.take());
-        prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_0_BYTES, 2, 1, true, &mut p);
-        let args = Args {
-            w: t.w.as_ptr(),
-            w_stride: t.w_stride,
-            rows: t.rows,
-            nb,
-            x: t.x.as_ptr(),
-            x_stride: t.x_stride,
-            tokens: t.tokens,
-            p: &p,
-            y: y.as_mut_ptr(),
-            y_stride,
-        };
-        let lut = biased_lut(if MX { &KVALUES_FP4 } else { &KVALUES_IQ4NL });
-        match path {
-            P_REPACK => by_rows8!(t, args, lut, b32_rep8, [MX]),
-            P_TINY => by_tokens!(t, args, lut, b32_imp, MX, P_TINY),
-            _ => by_tokens!(t, args, lut, b32_imp, MX, P_VECDOT),
-        }
-        PREP.with(|c| c.set(p));
-    }
+    // kernels touch is in bounds and that the CPU has the ISA's features.
+    with_prep(|p| unsafe { run::<M>(Job::B32 { mx: MX, path }, t, y.as_mut_ptr(), y_stride, nb, p) });
 }
 
-/// IQ4_NL × Q8_0 tile along the path llama.cpp takes for the product ([`s::iq4_nl_path`]).
-pub fn iq4_nl_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    b32_tile::<false>(t, y, y_stride)
-}
-
-/// MXFP4 × Q8_0 tile along [`s::mxfp4_path`].
-pub fn mxfp4_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    b32_tile::<true>(t, y, y_stride)
-}
-
-/// IQ4_XS × Q8_K tile along [`s::iq4_xs_path`].
-pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 256, IQ4_XS_BYTES, Q8_K_BYTES);
+/// An IQ4_XS tile on ISA `M` along [`s::iq4_xs_path`].
+fn xs_tile<M: Mac>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = check_tile(t, y, y_stride, M::available(), M::NAME, 256, IQ4_XS_BYTES, Q8_K_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     let tiled = s::iq4_xs_path(t) == Path::Tiled;
     // SAFETY: as in `b32_tile`: bounds and features checked by `check_tile`.
-    unsafe {
-        let mut p = PREP.with(|c| c.take());
-        prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_K_BYTES, 4, 8, false, &mut p);
-        let args = Args {
-            w: t.w.as_ptr(),
-            w_stride: t.w_stride,
-            rows: t.rows,
-            nb,
-            x: t.x.as_ptr(),
-            x_stride: t.x_stride,
-            tokens: t.tokens,
-            p: &p,
-            y: y.as_mut_ptr(),
-            y_stride,
-        };
-        let lut = biased_lut(&KVALUES_IQ4NL);
-        if tiled {
-            by_rows8!(t, args, lut, xs_tiled8, []);
-        } else {
-            by_tokens!(t, args, lut, xs_imp,);
-        }
-        PREP.with(|c| c.set(p));
-    }
-}
-
-/// `ggml_vec_dot_iq4_nl_q8_0`.
-pub fn iq4_nl_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq4_nl_tile, n, w, x)
-}
-
-/// `ggml_vec_dot_mxfp4_q8_0`.
-pub fn mxfp4_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(mxfp4_tile, n, w, x)
-}
-
-/// `ggml_vec_dot_iq4_xs_q8_K`.
-pub fn iq4_xs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
-    dot_via_tile(iq4_xs_tile, n, w, x)
+    with_prep(|p| unsafe { run::<M>(Job::Xs { tiled }, t, y.as_mut_ptr(), y_stride, nb, p) });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -548,8 +734,7 @@ pub fn repack_mxfp4(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
 }
 
 /// `GGML_E8M0_TO_FP32_HALF` of 8 bytes at `p`, as [`e8m0_to_fp32_half`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
+#[inline(always)]
 unsafe fn e8m0_half_x8(p: *const u8) -> __m256 {
     let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
     let big = _mm256_slli_epi32::<23>(_mm256_sub_epi32(v, _mm256_set1_epi32(1)));
@@ -559,8 +744,8 @@ unsafe fn e8m0_half_x8(p: *const u8) -> __m256 {
 }
 
 /// Repacked groups `0..groups` against tokens `t0..t0+T` (the arithmetic of [`b32_rep8`]).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize) {
+#[inline(always)]
+unsafe fn b32x8_imp<M: Mac, const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize) {
     let (wbytes, sb) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
     let nb = a.nb;
     let m4 = _mm256_set1_epi8(0xF);
@@ -579,9 +764,9 @@ unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, 
             for (t, acc) in acc.iter_mut().enumerate() {
                 let tt = t0 + t;
                 let xq = a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2) as *const i32;
-                let mut dot = _mm256_set1_epi32(*a.p.tot.get_unchecked(tt * nb + b));
+                let mut dot = _mm256_set1_epi32(tot::<M>(a.p, tt * nb + b));
                 for (k, uk) in u.iter().enumerate() {
-                    dot = _mm256_dpbusd_epi32(dot, *uk, _mm256_set1_epi32(xq.add(k).read_unaligned()));
+                    dot = M::dot(dot, *uk, _mm256_set1_epi32(xq.add(k).read_unaligned()));
                 }
                 let d = _mm256_mul_ps(dw, _mm256_set1_ps(*a.p.d.get_unchecked(b * a.tokens + tt)));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
@@ -593,92 +778,97 @@ unsafe fn b32x8_imp<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, 
     }
 }
 
-fn b32x8_tile<const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+/// A tile of repacked IQ4_NL (`MX == false`) or MXFP4 rows (whole 8-row groups) on ISA `M`.
+fn b32x8_tile<M: Mac, const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let wbytes = if MX { MXFP4_BYTES } else { IQ4_NL_BYTES };
-    let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 32, wbytes, Q8_0_BYTES);
+    let nb = check_tile(t, y, y_stride, M::available(), M::NAME, 32, wbytes, Q8_0_BYTES);
     assert!(t.rows.is_multiple_of(8) && t.w_stride == wbytes * nb, "repacked tile: whole 8-row groups");
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     // SAFETY: `check_tile` bounds every group (`rows · w_stride` bytes), activation row and
-    // output the kernel touches and checks the CPU features (`has_vnni`).
-    unsafe {
-        let mut p = PREP.with(|c| c.take());
-        prep(t.x.as_ptr(), t.x_stride, t.tokens, nb, Q8_0_BYTES, 2, 1, true, &mut p);
-        let args = Args {
-            w: t.w.as_ptr(),
-            w_stride: t.w_stride,
-            rows: t.rows,
-            nb,
-            x: t.x.as_ptr(),
-            x_stride: t.x_stride,
-            tokens: t.tokens,
-            p: &p,
-            y: y.as_mut_ptr(),
-            y_stride,
-        };
-        let lut = biased_lut(if MX { &KVALUES_FP4 } else { &KVALUES_IQ4NL });
-        let mut t0 = 0;
-        while t0 < t.tokens {
-            match t.tokens - t0 {
-                1 => b32x8_imp::<1, MX>(&args, lut, t0),
-                2 => b32x8_imp::<2, MX>(&args, lut, t0),
-                3 => b32x8_imp::<3, MX>(&args, lut, t0),
-                4 => b32x8_imp::<4, MX>(&args, lut, t0),
-                5 => b32x8_imp::<5, MX>(&args, lut, t0),
-                6 => b32x8_imp::<6, MX>(&args, lut, t0),
-                7 => b32x8_imp::<7, MX>(&args, lut, t0),
-                _ => b32x8_imp::<8, MX>(&args, lut, t0),
+    // output the kernel touches and checks the CPU features.
+    with_prep(|p| unsafe { run::<M>(Job::B32x8 { mx: MX }, t, y.as_mut_ptr(), y_stride, nb, p) });
+}
+
+/// The public tile and `vec_dot` functions on one ISA, and their registrations (with the
+/// repacked layouts llama.cpp uses on AVX2 and AVX-512 alike).
+macro_rules! iq4_kernels {
+    ($module:ident, $m:ty, $priority:expr) => {
+        /// The IQ4_NL, MXFP4 and IQ4_XS kernels on one ISA.
+        pub mod $module {
+            use super::*;
+
+            /// IQ4_NL × Q8_0 tile along the path llama.cpp takes ([`s::iq4_nl_path`]).
+            pub fn iq4_nl_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+                b32_tile::<$m, false>(t, y, y_stride)
             }
-            t0 += 8;
+
+            /// MXFP4 × Q8_0 tile along [`s::mxfp4_path`].
+            pub fn mxfp4_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+                b32_tile::<$m, true>(t, y, y_stride)
+            }
+
+            /// IQ4_XS × Q8_K tile along [`s::iq4_xs_path`].
+            pub fn iq4_xs_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+                xs_tile::<$m>(t, y, y_stride)
+            }
+
+            /// Tile over repacked IQ4_NL rows (whole 8-row groups) × Q8_0.
+            pub fn iq4_nlx8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+                b32x8_tile::<$m, false>(t, y, y_stride)
+            }
+
+            /// Tile over repacked MXFP4 rows (whole 8-row groups) × Q8_0.
+            pub fn mxfp4x8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+                b32x8_tile::<$m, true>(t, y, y_stride)
+            }
+
+            /// `ggml_vec_dot_iq4_nl_q8_0`.
+            pub fn iq4_nl_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+                dot_via_tile(iq4_nl_tile, n, w, x)
+            }
+
+            /// `ggml_vec_dot_mxfp4_q8_0`.
+            pub fn mxfp4_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+                dot_via_tile(mxfp4_tile, n, w, x)
+            }
+
+            /// `ggml_vec_dot_iq4_xs_q8_K`.
+            pub fn iq4_xs_q8_k(n: usize, w: &[u8], x: &[u8]) -> f32 {
+                dot_via_tile(iq4_xs_tile, n, w, x)
+            }
+
+            mod registration {
+                use super::*;
+                use crate::registry::{Kernel, Repack};
+                use ggml_quants::types::{iq4_nl::Iq4Nl, iq4_xs::Iq4Xs, mxfp4::Mxfp4, q8_0::Q8_0, q8_k::Q8K};
+                use ggml_quants::GgmlType;
+
+                inventory::submit! {
+                    Kernel::new(<Iq4Nl as GgmlType>::ID, <$m as Mac>::NAME, $priority, <Q8_0 as GgmlType>::ID, iq4_nl_q8_0)
+                        .with_available(<$m as Mac>::available)
+                        .with_tile(iq4_nl_tile)
+                        .with_repack(Repack { name: "iq4_nlx8", applies: repack_applies, repack: repack_iq4_nl, tile: iq4_nlx8_tile })
+                }
+                inventory::submit! {
+                    Kernel::new(<Mxfp4 as GgmlType>::ID, <$m as Mac>::NAME, $priority, <Q8_0 as GgmlType>::ID, mxfp4_q8_0)
+                        .with_available(<$m as Mac>::available)
+                        .with_tile(mxfp4_tile)
+                        .with_repack(Repack { name: "mxfp4x8", applies: repack_applies, repack: repack_mxfp4, tile: mxfp4x8_tile })
+                }
+                inventory::submit! {
+                    Kernel::new(<Iq4Xs as GgmlType>::ID, <$m as Mac>::NAME, $priority, <Q8K as GgmlType>::ID, iq4_xs_q8_k)
+                        .with_available(<$m as Mac>::available)
+                        .with_tile(iq4_xs_tile)
+                }
+            }
         }
-        PREP.with(|c| c.set(p));
-    }
+    };
 }
 
-/// Tile over repacked IQ4_NL rows (whole 8-row groups) × Q8_0.
-pub fn iq4_nlx8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    b32x8_tile::<false>(t, y, y_stride)
-}
-
-/// Tile over repacked MXFP4 rows (whole 8-row groups) × Q8_0.
-pub fn mxfp4x8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
-    b32x8_tile::<true>(t, y, y_stride)
-}
-
-mod registration {
-    use super::*;
-    use crate::registry::{Kernel, Repack};
-    use ggml_quants::types::{iq4_nl::Iq4Nl, iq4_xs::Iq4Xs, mxfp4::Mxfp4, q8_0::Q8_0, q8_k::Q8K};
-    use ggml_quants::GgmlType;
-
-    macro_rules! vnni_kernel {
-        ($ty:ty, $act:ty, $dot:path, $tile:path $(, $repack:expr)?) => {
-            inventory::submit! {
-                Kernel::new(<$ty as GgmlType>::ID, "avx512vnni", 20, <$act as GgmlType>::ID, $dot)
-                    .with_available(has_vnni)
-                    .with_tile($tile)
-                    $(.with_repack($repack))?
-            }
-        };
-    }
-
-    vnni_kernel!(
-        Iq4Nl,
-        Q8_0,
-        iq4_nl_q8_0,
-        iq4_nl_tile,
-        Repack { name: "iq4_nlx8", applies: repack_applies, repack: repack_iq4_nl, tile: iq4_nlx8_tile }
-    );
-    vnni_kernel!(
-        Mxfp4,
-        Q8_0,
-        mxfp4_q8_0,
-        mxfp4_tile,
-        Repack { name: "mxfp4x8", applies: repack_applies, repack: repack_mxfp4, tile: mxfp4x8_tile }
-    );
-    vnni_kernel!(Iq4Xs, Q8K, iq4_xs_q8_k, iq4_xs_tile);
-}
+iq4_kernels!(avx2, Avx2, 10);
+iq4_kernels!(vnni, Vnni, 20);
 
 #[cfg(test)]
 mod tests {
@@ -686,13 +876,13 @@ mod tests {
 
     #[test]
     fn e8m0_vector_conversion_matches_scalar_for_every_byte() {
-        if !has_vnni() {
+        if !has_avx2() {
             return;
         }
         for base in (0..256).step_by(8) {
             let bytes: [u8; 8] = core::array::from_fn(|i| (base + i) as u8);
             let mut got = [0f32; 8];
-            // SAFETY: VNNI (and so AVX2) checked above; 8 readable bytes, 8 writable floats.
+            // SAFETY: AVX2 checked above; 8 readable bytes, 8 writable floats.
             unsafe { _mm256_storeu_ps(got.as_mut_ptr(), e8m0_half_x8(bytes.as_ptr())) };
             for (g, &b) in got.iter().zip(&bytes) {
                 assert_eq!(g.to_bits(), e8m0_to_fp32_half(b).to_bits(), "e8m0 byte {b}");
