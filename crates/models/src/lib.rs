@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 mod arch;
+pub mod blocks;
 mod error;
 pub mod hparams;
 pub mod kv_cache;

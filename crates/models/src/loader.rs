@@ -1,6 +1,8 @@
 //! Reading hyperparameters and locating tensors in a GGUF model — one file or a
 //! `llama-gguf-split` shard set, read as one through [`SplitGguf`].
 
+use std::sync::Arc;
+
 use gguf_format::{Array, GgufFile, SplitGguf, TensorInfo, Value};
 
 use crate::{Error, Result};
@@ -53,6 +55,7 @@ impl TensorRef {
 /// Reads typed hyperparameters under an architecture prefix and finds tensors.
 pub struct Loader<'a> {
     file: &'a SplitGguf,
+    shared: Option<&'a Arc<SplitGguf>>,
     arch: &'a str,
 }
 
@@ -60,7 +63,20 @@ impl<'a> Loader<'a> {
     /// A loader for `file` (a plain file or a shard set), whose `general.architecture` is
     /// `arch`.
     pub fn new(file: &'a SplitGguf, arch: &'a str) -> Loader<'a> {
-        Loader { file, arch }
+        Loader { file, shared: None, arch }
+    }
+
+    /// A loader for the shared `file`, from which the blocks
+    /// ([`crate::blocks::Linear`], ...) that keep the model's maps alive can load.
+    pub fn with_shared(file: &'a Arc<SplitGguf>, arch: &'a str) -> Loader<'a> {
+        Loader { file, shared: Some(file), arch }
+    }
+
+    /// The shared model, for blocks that keep its maps alive ([`Loader::with_shared`]).
+    pub fn shared(&self) -> Result<Arc<SplitGguf>> {
+        self.shared.cloned().ok_or_else(|| {
+            Error::Invalid("this loader was made with Loader::new; blocks need Loader::with_shared".into())
+        })
     }
 
     /// The model: metadata from its first shard, tensors from all.

@@ -46,7 +46,7 @@ pub fn load_with(
     tweak: impl FnOnce(&Loader<'_>, &Hparams, &mut Spec) -> Result<()>,
 ) -> Result<Box<dyn Model>> {
     let (hp, spec) = {
-        let ld = Loader::new(&file, arch);
+        let ld = Loader::with_shared(&file, arch);
         let hp = Hparams::read(&ld)?;
         let mut spec = base_spec(&ld, rope_mode)?;
         tweak(&ld, &hp, &mut spec)?;

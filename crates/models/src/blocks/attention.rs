@@ -1,0 +1,535 @@
+//! Attention: [`Attention`] (projections, QK-norm, rope, the KV cache write, the output
+//! projection) and [`attend`] (softmax attention of query rows over a cache, as llama.cpp's
+//! CPU flash attention computes it).
+
+use std::cell::RefCell;
+use std::sync::Mutex;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use quant_kernels::{ops, Pool};
+
+use super::{add_bias, dump, Linear, Pass, RmsNorm};
+use crate::kv_cache::{CacheMatrix, CacheType};
+use crate::loader::Loader;
+use crate::rope::Rope;
+use crate::Result;
+
+/// Head counts and widths of one attention layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (`n_head` is a multiple: grouped-query attention).
+    pub n_head_kv: usize,
+    /// Width of a query/key head.
+    pub head_k: usize,
+    /// Width of a value head.
+    pub head_v: usize,
+}
+
+/// One sequence's rows in a pass and its layer cache, to write this pass's K and V into.
+pub struct SeqKv<'a> {
+    /// First row of the sequence in the pass.
+    pub row0: usize,
+    /// Its rows.
+    pub n: usize,
+    /// Position of its first row.
+    pub pos0: usize,
+    /// The layer's K cache of this sequence.
+    pub k: &'a mut CacheMatrix,
+    /// The layer's V cache.
+    pub v: &'a mut CacheMatrix,
+}
+
+/// One sequence's rows and the layer cache they attend over (read only).
+#[derive(Clone, Copy)]
+pub struct SeqView<'a> {
+    /// First row of the sequence in the pass.
+    pub row0: usize,
+    /// Its rows.
+    pub n: usize,
+    /// Position of its first row.
+    pub pos0: usize,
+    /// The layer's K cache.
+    pub k: &'a CacheMatrix,
+    /// The layer's V cache.
+    pub v: &'a CacheMatrix,
+}
+
+/// The scratch of [`Attention::forward`], kept across layers and passes.
+#[derive(Default)]
+pub struct AttentionScratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+    tmp: Vec<f32>,
+    rc: Vec<f32>,
+}
+
+/// A self-attention layer: `wo · attend(rope(norm_q(x·wq)), rope(norm_k(x·wk)), x·wv)` over
+/// the cache, with optional biases, QK-norm and a sliding window; llama.cpp's `build_attn`
+/// with its CPU flash attention.
+pub struct Attention {
+    /// Head layout.
+    pub heads: Heads,
+    /// Query projection.
+    pub wq: Linear,
+    /// Key projection.
+    pub wk: Linear,
+    /// Value projection.
+    pub wv: Linear,
+    /// Output projection.
+    pub wo: Linear,
+    /// Per-head RMSNorm of Q before rope.
+    pub q_norm: Option<RmsNorm>,
+    /// Per-head RMSNorm of K before rope.
+    pub k_norm: Option<RmsNorm>,
+    /// Rotary embedding of this layer.
+    pub rope: Rope,
+    /// Sliding window in tokens: position `p1` sees `p0` when `p1 - p0 < window`.
+    pub window: Option<usize>,
+    /// The score scale (`1/√head_k` unless the family says otherwise).
+    pub scale: f32,
+    /// Apply the scale to q after rope (gemma's `ggml_scale(Qcur)`) rather than inside
+    /// the attention; the rounding differs, so this follows the reference graph.
+    pub scale_q: bool,
+}
+
+impl Attention {
+    /// Layer `il`'s `attn_q` / `attn_k` / `attn_v` / `attn_output` (with their optional
+    /// biases) and, with `qk_norm`, `attn_q_norm` / `attn_k_norm` (one head wide), as
+    /// llama.cpp names them. The rope, window and scale are the family's: set them after.
+    pub fn load(
+        ld: &Loader<'_>,
+        il: usize,
+        n_embd: usize,
+        heads: Heads,
+        qk_norm: bool,
+        eps: f32,
+        rope: Rope,
+    ) -> Result<Attention> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let Heads { n_head, n_head_kv, head_k, head_v } = heads;
+        let norm = |s: &str| if qk_norm { RmsNorm::load(ld, &n(s), head_k, eps).map(Some) } else { Ok(None) };
+        Ok(Attention {
+            heads,
+            wq: Linear::load(ld, &n("attn_q"), n_embd, head_k * n_head)?,
+            wk: Linear::load(ld, &n("attn_k"), n_embd, head_k * n_head_kv)?,
+            wv: Linear::load(ld, &n("attn_v"), n_embd, head_v * n_head_kv)?,
+            wo: Linear::load(ld, &n("attn_output"), head_v * n_head, n_embd)?,
+            q_norm: norm("attn_q_norm.weight")?,
+            k_norm: norm("attn_k_norm.weight")?,
+            rope,
+            window: None,
+            scale: 1.0 / (head_k as f32).sqrt(),
+            scale_q: false,
+        })
+    }
+
+    /// Repacks the four projections where a kernel wants them repacked
+    /// ([`Linear::repack`]).
+    pub fn repack(&mut self) -> Result<()> {
+        for l in [&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo] {
+            l.repack()?;
+        }
+        Ok(())
+    }
+
+    /// Attention of the normed input `h` (every row of the pass) into `out`: writes each
+    /// sequence's K and V rows into its cache at their positions, attends, projects.
+    /// `il` names the dumps (`Qcur-{il}`, `kqv_out-{il}`, ...).
+    pub fn forward(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        h: &[f32],
+        seqs: &mut [SeqKv<'_>],
+        sc: &mut AttentionScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = self.heads;
+        let AttentionScratch { q, k, v, o, tmp, rc } = sc;
+        self.wq.forward(pass, h, q)?;
+        self.wk.forward(pass, h, k)?;
+        self.wv.forward(pass, h, v)?;
+        dump(&format!("Qcur-{il}"), q);
+        dump(&format!("Kcur-{il}"), k);
+        dump(&format!("Vcur-{il}"), v);
+        if let Some(w) = &self.q_norm {
+            w.forward_inplace(q, tmp);
+        }
+        if let Some(w) = &self.k_norm {
+            w.forward_inplace(k, tmp);
+        }
+        for s in seqs.iter_mut() {
+            for t in 0..s.n {
+                let (r, pos) = (s.row0 + t, s.pos0 + t);
+                self.rope.cache(pos, rc);
+                for hq in q[r * nh * hk..(r + 1) * nh * hk].chunks_exact_mut(hk) {
+                    self.rope.apply(rc, hq);
+                }
+                for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
+                    self.rope.apply(rc, hkv);
+                }
+                s.k.write(pos, &k[r * nkv * hk..(r + 1) * nkv * hk]);
+                s.v.write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
+            }
+        }
+        let mut scale = self.scale;
+        if self.scale_q {
+            ops::scale_inplace(q, scale);
+            scale = 1.0;
+        }
+        dump(&format!("Qrope-{il}"), q);
+        dump(&format!("Krope-{il}"), k);
+        o.resize(pass.rows.n_rows() * nh * hv, 0.0);
+        let views: Vec<SeqView<'_>> =
+            seqs.iter().map(|s| SeqView { row0: s.row0, n: s.n, pos0: s.pos0, k: &*s.k, v: &*s.v }).collect();
+        attend(pass.pool, self.heads, &views, q, scale, self.window, o);
+        dump(&format!("kqv_out-{il}"), o);
+        self.wo.product(pass, o, out)?;
+        add_bias(out, self.wo.bias());
+        Ok(())
+    }
+}
+
+/// Softmax attention of several sequences' query rows `q` (every row of the pass, `n_head
+/// × head_k` wide, already roped and scaled as the family wants) over their own caches
+/// into `o` (`n_head × head_v` per row), as llama.cpp's CPU flash attention (its default)
+/// computes it: batches of 64 or more query rows of a sequence use f32 tiles; smaller ones
+/// (decode) round q to f16 and accumulate V in f16 with an online softmax, splitting a
+/// single query over the threads once the (256-padded) KV length reaches 512; a non-f16
+/// cache goes through an exact two-pass f32 softmax. A sequence of 64 or more rows gets a
+/// pool job of its own, all the others share one job, one task per (row, head) — each
+/// task's arithmetic is what the sequence would get alone.
+pub fn attend(
+    pool: &Pool,
+    heads: Heads,
+    seqs: &[SeqView<'_>],
+    q: &[f32],
+    scale: f32,
+    window: Option<usize>,
+    o: &mut [f32],
+) {
+    let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
+    let group = nh / nkv;
+    let f16_kv = |s: &SeqView<'_>| s.k.cache_type() == CacheType::F16 && s.v.cache_type() == CacheType::F16;
+    let nth = pool.n_threads();
+    let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
+    let mut rest: Vec<SeqView<'_>> = Vec::new();
+    for s in seqs {
+        let (r0, n, p0) = (s.row0, s.n, s.pos0);
+        if n >= 64 && f16_kv(s) {
+            // one task per (head, tile of 64 query rows): each K/V tile is converted once
+            let (kc, vc) = (s.k, s.v);
+            let (qs, os) = (&q[r0 * nh * hk..(r0 + n) * nh * hk], &outs[r0 * nh..(r0 + n) * nh]);
+            let n_qt = n.div_ceil(TILE);
+            pool.for_each(nh * n_qt, &|i| {
+                let (head, qt) = (i % nh, i / nh);
+                let rows = qt * TILE..(qt * TILE + TILE).min(n);
+                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
+                attend_tiled(kc, vc, &geo, rows, qs, os);
+            });
+        } else {
+            rest.push(*s);
+        }
+    }
+    if rest.is_empty() {
+        return;
+    }
+    // task ranges per sequence
+    let mut starts = Vec::with_capacity(rest.len() + 1);
+    let mut total = 0;
+    for s in &rest {
+        starts.push(total);
+        total += s.n * nh;
+    }
+    pool.for_each(total, &|i| {
+        let j = starts.partition_point(|&s| s <= i) - 1;
+        let s = &rest[j];
+        let (r0, n, p0) = (s.row0, s.n, s.pos0);
+        let local = i - starts[j];
+        let (t, head) = (local / nh, local % nh);
+        let (kc, vc) = (s.k, s.v);
+        let f16_path = f16_kv(s);
+        let n_ctx = kc.n_rows();
+        SCRATCH.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let sc = &mut *guard;
+            let kvh = head / group;
+            let pos = p0 + t;
+            let lo = match window {
+                Some(w) => (pos + 1).saturating_sub(w),
+                None => 0,
+            };
+            let r = r0 + t;
+            let src = &q[(r * nh + head) * hk..(r * nh + head + 1) * hk];
+            let mut out = outs[r * nh + head].lock().unwrap_or_else(|e| e.into_inner());
+            let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
+            if f16_path {
+                let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+                let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
+                attend_f16(&view, src, chunk, sc, &mut out);
+            } else {
+                attend_f32(&view, src, sc, &mut out);
+            }
+        })
+    });
+}
+
+/// Per-thread attention scratch.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    tmp: Vec<f32>,
+    qh: Vec<f32>,
+    q16: Vec<f16>,
+    acc16: Vec<f16>,
+    acc: Vec<f32>,
+}
+
+/// One query head's view of a layer's cache: which KV head, widths, the score scale, and
+/// the positions `lo..=pos` it attends to.
+struct HeadView<'a> {
+    kc: &'a CacheMatrix,
+    vc: &'a CacheMatrix,
+    kvh: usize,
+    hk: usize,
+    hv: usize,
+    scale: f32,
+    lo: usize,
+    pos: usize,
+}
+
+/// Softmax attention of one query head in f32 (two passes: exact max, then weights).
+fn attend_f32(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
+    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    sc.tmp.resize(hk.max(hv), 0.0);
+    sc.qh.clear();
+    sc.qh.extend_from_slice(q);
+    if kc.cache_type() == CacheType::Q8_0 {
+        // ggml quantizes q to the K cache's dot type
+        let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is built in");
+        let mut b = vec![0u8; hk / 32 * 34];
+        if q8.quantize_ref(q, &mut b).is_ok() {
+            let _ = q8.dequantize(&b, &mut sc.qh);
+        }
+    }
+    sc.scores.clear();
+    let mut max = f32::NEG_INFINITY;
+    for j in lo..=pos {
+        let s = kc.dot(j, kvh * hk, &sc.qh, &mut sc.tmp) * scale;
+        max = max.max(s);
+        sc.scores.push(s);
+    }
+    let mut sum = 0.0f32;
+    for s in sc.scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    out.fill(0.0);
+    let inv = 1.0 / sum;
+    for (j, s) in (lo..=pos).zip(sc.scores.iter()) {
+        vc.axpy(j, kvh * hv, s * inv, out, &mut sc.tmp);
+    }
+}
+
+/// `_mm512_reduce_add_ps` / the AVX2 `hadd` sequence of ggml's `ggml_vec_soft_max_f32`
+/// over one chunk of 16 (or 8) lanes.
+fn reduce_chunk(v: &[f32], layout: ops::DotLayout) -> f32 {
+    match layout {
+        ops::DotLayout::Avx512 => {
+            let t3: Vec<f32> = (0..8).map(|i| v[8 + i] + v[i]).collect();
+            let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
+            (t6[0] + t6[2]) + (t6[1] + t6[3])
+        }
+        ops::DotLayout::Avx2 => {
+            let t = [v[4] + v[0], v[5] + v[1], v[6] + v[2], v[7] + v[3]];
+            (t[0] + t[2]) + (t[1] + t[3])
+        }
+    }
+}
+
+/// Rows and columns of one tiled-attention task.
+struct TileGeometry {
+    head: usize,
+    nh: usize,
+    kvh: usize,
+    hk: usize,
+    hv: usize,
+    scale: f32,
+    window: Option<usize>,
+    p0: usize,
+}
+
+/// ggml's flash-attention tile size (`GGML_FA_TILE_Q` = `GGML_FA_TILE_KV` = 64).
+const TILE: usize = 64;
+
+/// Query rows `rows` of one head as ggml's tiled flash attention (`flash_attn_ext_tiled`,
+/// batches of 64+ rows) computes them: KV tiles of 64 converted to f32 once, K·q and P·V as
+/// FMA chains (`simd_gemm`), per-row online softmax per tile with ggml's polynomial exp,
+/// sums in f64 per 16-lane (or 8-lane) chunk.
+fn attend_tiled(
+    kc: &CacheMatrix,
+    vc: &CacheMatrix,
+    g: &TileGeometry,
+    rows: std::ops::Range<usize>,
+    q: &[f32],
+    outs: &[Mutex<&mut [f32]>],
+) {
+    let TileGeometry { head, nh, kvh, hk, hv, scale, window, p0 } = *g;
+    let r = rows.len();
+    let layout = ops::native_dot_layout();
+    let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
+    let pos_of = |i: usize| p0 + rows.start + i;
+    let lo_of = |i: usize| window.map_or(0, |w| (pos_of(i) + 1).saturating_sub(w));
+    let mut qt = vec![0f32; r * hk];
+    for i in 0..r {
+        let t = rows.start + i;
+        qt[i * hk..(i + 1) * hk].copy_from_slice(&q[(t * nh + head) * hk..(t * nh + head + 1) * hk]);
+    }
+    let (mut kt, mut vt, mut kq) = (vec![0f32; hk * TILE], vec![0f32; TILE * hv], vec![0f32; r * TILE]);
+    let mut krow = vec![0f32; hk];
+    let mut acc = vec![0f32; r * hv];
+    let (mut m, mut s) = (vec![f32::NEG_INFINITY; r], vec![0f32; r]);
+    let max_pos = pos_of(r - 1);
+    let min_lo = (0..r).map(lo_of).min().unwrap_or(0);
+    let mut ic = 0;
+    while ic <= max_pos {
+        let first = ic;
+        ic += TILE;
+        if first + TILE <= min_lo {
+            continue; // every cell of the tile is masked for every row
+        }
+        for tk in 0..TILE {
+            let j = first + tk;
+            let kr = if j < kc.n_rows() { kc.f16_slice(j, kvh * hk, hk) } else { None };
+            let vr = if j < vc.n_rows() { vc.f16_slice(j, kvh * hv, hv) } else { None };
+            match kr {
+                Some(k) => k.convert_to_f32_slice(&mut krow),
+                None => krow.fill(0.0),
+            }
+            for (dk, x) in krow.iter().enumerate() {
+                kt[dk * TILE + tk] = *x;
+            }
+            let vdst = &mut vt[tk * hv..(tk + 1) * hv];
+            match vr {
+                Some(v) => v.convert_to_f32_slice(vdst),
+                None => vdst.fill(0.0),
+            }
+        }
+        kq.fill(0.0);
+        ops::gemm_fma(&mut kq, &qt, &kt, r, hk, TILE);
+        ops::scale_inplace(&mut kq, scale);
+        for i in 0..r {
+            let (lo, pos) = (lo_of(i), pos_of(i));
+            let row = &mut kq[i * TILE..(i + 1) * TILE];
+            for (tk, x) in row.iter_mut().enumerate() {
+                let j = first + tk;
+                *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
+            }
+            let tile_max = row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+            if tile_max == f32::NEG_INFINITY {
+                row.fill(0.0);
+                continue;
+            }
+            let m_new = m[i].max(tile_max);
+            if m_new > m[i] {
+                let ms = (m[i] - m_new).exp();
+                ops::scale_inplace(&mut acc[i * hv..(i + 1) * hv], ms);
+                s[i] *= ms;
+            }
+            m[i] = m_new;
+            for x in row.iter_mut() {
+                *x -= m_new;
+            }
+            ops::expf_ggml_inplace(row);
+            let mut sum = 0.0f64;
+            for c in row.chunks_exact(lanes) {
+                sum += reduce_chunk(c, layout) as f64;
+            }
+            s[i] = ((s[i] as f64) + sum) as f32;
+        }
+        ops::gemm_fma(&mut acc, &kq, &vt, r, TILE, hv);
+    }
+    for i in 0..r {
+        let inv = if s[i] == 0.0 { 0.0 } else { 1.0 / s[i] };
+        let t = rows.start + i;
+        let mut out = outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner());
+        for (o, v) in out.iter_mut().zip(&acc[i * hv..(i + 1) * hv]) {
+            *o = v * inv;
+        }
+    }
+}
+
+/// One query head as ggml's `flash_attn_ext_f16_one_chunk` computes it over each chunk of
+/// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
+/// as `ggml_flash_attn_ext_reduce_partials`.
+fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: &mut [f32]) {
+    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let layout = ops::native_dot_layout();
+    sc.q16.clear();
+    sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
+    sc.acc16.resize(hv, f16::ZERO);
+    sc.acc.resize(hv, 0.0);
+    let (mut m_fin, mut s_fin) = (f32::NEG_INFINITY, 0.0f32);
+    out.fill(0.0);
+    let mut c0 = 0;
+    while c0 <= pos {
+        let (a, b) = (c0.max(lo), (c0 + chunk - 1).min(pos));
+        c0 += chunk;
+        if a > b {
+            continue;
+        }
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        sc.acc16.fill(f16::ZERO);
+        for j in a..=b {
+            let (Some(kr), Some(vr)) = (kc.f16_slice(j, kvh * hk, hk), vc.f16_slice(j, kvh * hv, hv)) else {
+                return;
+            };
+            let x = ops::dot_f16_ggml(kr, &sc.q16, layout) * scale;
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if x > m {
+                let old = m;
+                m = x;
+                ms = (old - m).exp();
+                ops::scale_f16(&mut sc.acc16, ms);
+            } else {
+                vs = (x - m).exp();
+            }
+            ops::mad_f16(&mut sc.acc16, vs, vr);
+            s = s.mul_add(ms, vs); // ggml-cpu is built with FP contraction: `S*ms + vs` is one FMA
+        }
+        for (d, v) in sc.acc.iter_mut().zip(&sc.acc16) {
+            *d = v.to_f32();
+        }
+        if chunk > pos {
+            // one chunk: the plain path divides directly
+            let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+            for (o, v) in out.iter_mut().zip(&sc.acc) {
+                *o = v * inv;
+            }
+            return;
+        }
+        if s == 0.0 {
+            continue;
+        }
+        let m_new = m_fin.max(m);
+        let (so, sn) = ((m_fin - m_new).exp(), (m - m_new).exp());
+        for (o, v) in out.iter_mut().zip(&sc.acc) {
+            *o = o.mul_add(so, v * sn); // contracted as in ggml-cpu
+        }
+        s_fin = s_fin.mul_add(so, s * sn);
+        m_fin = m_new;
+    }
+    let inv = if s_fin == 0.0 { 0.0 } else { 1.0 / s_fin };
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}

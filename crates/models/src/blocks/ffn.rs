@@ -1,0 +1,312 @@
+//! Feed-forward blocks: the gated FFN ([`GatedFfn`]), top-k mixtures of experts ([`Moe`])
+//! over stacked expert tensors ([`Experts`]), and [`Ffn`], either one.
+
+use std::sync::Arc;
+
+use gguf_format::SplitGguf;
+use quant_kernels::{matmul_expert, ops, Matrix};
+
+use super::{dump, Linear, Pass, RowLayout};
+use crate::loader::{Loader, TensorRef};
+use crate::{Error, Result};
+
+/// FFN activation of a gated FFN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) * up`.
+    Silu,
+    /// `gelu(gate) * up` (tanh approximation, as ggml).
+    Gelu,
+}
+
+impl Activation {
+    /// `gate = act(gate) * up`, element-wise.
+    pub fn apply(self, gate: &mut [f32], up: &[f32]) {
+        match self {
+            Activation::Silu => ops::silu_mul_inplace(gate, up),
+            Activation::Gelu => ops::gelu_mul_inplace(gate, up),
+        }
+    }
+}
+
+/// `down(act(gate(x)) * up(x))` with optional biases (llama.cpp's `build_ffn` with
+/// `LLM_FFN_PAR`).
+pub struct GatedFfn {
+    /// Gate projection.
+    pub gate: Linear,
+    /// Up projection.
+    pub up: Linear,
+    /// Down projection.
+    pub down: Linear,
+    /// The gate's activation.
+    pub act: Activation,
+}
+
+/// Scratch of an FFN, kept across layers and passes.
+#[derive(Default)]
+pub struct FfnScratch {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    part: Vec<f32>,
+}
+
+impl GatedFfn {
+    /// Layer `il`'s `ffn_gate` / `ffn_up` / `ffn_down` of `n_ff` hidden units.
+    pub fn load(ld: &Loader<'_>, il: usize, n_embd: usize, n_ff: usize, act: Activation) -> Result<GatedFfn> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        Ok(GatedFfn {
+            gate: Linear::load(ld, &n("ffn_gate"), n_embd, n_ff)?,
+            up: Linear::load(ld, &n("ffn_up"), n_embd, n_ff)?,
+            down: Linear::load(ld, &n("ffn_down"), n_ff, n_embd)?,
+            act,
+        })
+    }
+
+    /// Repacks the three projections where a kernel wants them repacked.
+    pub fn repack(&mut self) -> Result<()> {
+        for l in [&mut self.gate, &mut self.up, &mut self.down] {
+            l.repack()?;
+        }
+        Ok(())
+    }
+
+    /// The FFN of every row of the pass; `il` names the dumps.
+    pub fn forward(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        h: &[f32],
+        sc: &mut FfnScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let FfnScratch { gate, up, .. } = sc;
+        self.gate.forward(pass, h, gate)?;
+        self.up.forward(pass, h, up)?;
+        dump(&format!("ffn_gate-{il}"), gate);
+        dump(&format!("ffn_up-{il}"), up);
+        self.act.apply(gate, up);
+        dump(&format!("ffn_act-{il}"), gate);
+        self.down.forward(pass, gate, out)
+    }
+}
+
+/// A stacked expert tensor (`ffn_{gate,up,down}_exps`: `[cols, rows, n_expert]`), each
+/// expert's matrix read in place.
+pub struct Experts {
+    file: Arc<SplitGguf>,
+    weight: TensorRef,
+    n_expert: usize,
+}
+
+impl Experts {
+    /// The tensor `name` of `n_expert` matrices of `[cols, rows]`.
+    pub fn load(ld: &Loader<'_>, name: &str, cols: usize, rows: usize, n_expert: usize) -> Result<Experts> {
+        let weight = ld.tensor(name, &[cols as u64, rows as u64, n_expert as u64])?;
+        let ex = Experts { file: ld.shared()?, weight, n_expert };
+        ex.matrix(0)?;
+        Ok(ex)
+    }
+
+    /// Expert `e`'s matrix.
+    pub fn matrix(&self, e: usize) -> Result<Matrix<'_>> {
+        let t = &self.weight;
+        let per = t.len / self.n_expert;
+        let rows = t.dims[1] as usize;
+        let data = &t.data(&self.file)[e * per..(e + 1) * per];
+        Ok(Matrix::new(t.type_id, data, rows, t.cols())?)
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        &self.weight.name
+    }
+}
+
+/// A top-k mixture of gated experts with a softmax router (llama.cpp's `build_moe_ffn`
+/// with `LLM_EXPERT_GATING_FUNC_SOFTMAX`): per token, softmax over the router's logits,
+/// the `n_used` largest (ties to the lower index), optionally renormalized and scaled;
+/// the experts' outputs weighted and summed in slot order. Each sequence of a pass is
+/// routed on its own, so a sequence's experts never see another's rows.
+pub struct Moe {
+    /// `ffn_gate_inp`: hidden → expert logits.
+    pub router: Linear,
+    /// Gate projections of the experts.
+    pub gate: Experts,
+    /// Up projections.
+    pub up: Experts,
+    /// Down projections.
+    pub down: Experts,
+    /// Experts per token.
+    pub n_used: usize,
+    /// Normalize the top-k weights to sum to one.
+    pub norm_weights: bool,
+    /// Scale of the expert weights (1 = none).
+    pub weights_scale: f32,
+    /// The experts' activation.
+    pub act: Activation,
+}
+
+impl Moe {
+    /// Layer `il`'s router `ffn_gate_inp` and experts `ffn_{gate,up,down}_exps` of `n_ff`
+    /// hidden units each.
+    pub fn load(ld: &Loader<'_>, il: usize, n_embd: usize, n_ff: usize, n_expert: usize, n_used: usize) -> Result<Moe> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        if n_expert == 0 || n_used == 0 || n_used > n_expert {
+            return Err(Error::Invalid(format!("{n_used} experts used of {n_expert}")));
+        }
+        let router = ld.tensor(&n("ffn_gate_inp.weight"), &[n_embd as u64, n_expert as u64])?;
+        Ok(Moe {
+            router: Linear::new(ld.shared()?, router, None)?,
+            gate: Experts::load(ld, &n("ffn_gate_exps.weight"), n_embd, n_ff, n_expert)?,
+            up: Experts::load(ld, &n("ffn_up_exps.weight"), n_embd, n_ff, n_expert)?,
+            down: Experts::load(ld, &n("ffn_down_exps.weight"), n_ff, n_embd, n_expert)?,
+            n_used,
+            norm_weights: true,
+            weights_scale: 1.0,
+            act: Activation::Silu,
+        })
+    }
+
+    /// The experts' output for the `n` rows of `h` of one sequence.
+    pub fn forward_seq(&self, pass: &Pass<'_>, h: &[f32], n: usize, out: &mut Vec<f32>) -> Result<()> {
+        let rows = RowLayout::one(n);
+        let pass = pass.with_rows(&rows);
+        let ne = self.gate.n_expert;
+        let (e, k) = (self.router.cols(), self.n_used);
+        let mut logits = Vec::new();
+        self.router.forward(&pass, h, &mut logits)?;
+        // Route: softmax over experts, top-k, optional renormalization and scale.
+        let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
+        let mut idx: Vec<usize> = Vec::with_capacity(ne);
+        for t in 0..n {
+            let p = &mut logits[t * ne..(t + 1) * ne];
+            ops::softmax_inplace(p);
+            idx.clear();
+            idx.extend(0..ne);
+            idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+            let sel = &idx[..k];
+            let mut w: Vec<f32> = sel.iter().map(|&i| p[i]).collect();
+            if self.norm_weights {
+                // ggml_sum_rows (f64 accumulation), clamped to the smallest normal f16.
+                let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
+                for x in w.iter_mut() {
+                    *x /= sum;
+                }
+            }
+            if self.weights_scale != 0.0 && self.weights_scale != 1.0 {
+                for x in w.iter_mut() {
+                    *x *= self.weights_scale;
+                }
+            }
+            for (slot, (&ex, &wt)) in sel.iter().zip(&w).enumerate() {
+                routes[ex].push((t * k + slot, wt));
+            }
+        }
+        // Weighted expert outputs per (token, slot), summed in slot order afterwards as
+        // llama.cpp's chain of ggml_add does.
+        let mut weighted = vec![0f32; n * k * e];
+        let (mut xs, mut g, mut u, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (ex, toks) in routes.iter().enumerate() {
+            if toks.is_empty() {
+                continue;
+            }
+            xs.clear();
+            for &(ts, _) in toks {
+                let t = ts / k;
+                xs.extend_from_slice(&h[t * e..(t + 1) * e]);
+            }
+            let m = toks.len();
+            // The observer sees the rows in llama.cpp's MUL_MAT_ID order: by slot, then token.
+            let order: Vec<usize> = match &pass.observer {
+                Some(_) => {
+                    let mut v: Vec<usize> = (0..m).collect();
+                    v.sort_by_key(|&r| (toks[r].0 % k, toks[r].0 / k));
+                    v
+                }
+                None => Vec::new(),
+            };
+            let reorder = |rows: &[f32]| -> Vec<f32> {
+                let w = rows.len() / m;
+                order.iter().flat_map(|&r| rows[r * w..(r + 1) * w].iter().copied()).collect()
+            };
+            let slots: Vec<usize> = order.iter().map(|&r| toks[r].0 % k).collect();
+            if let Some(o) = &pass.observer {
+                let x = reorder(&xs);
+                o.expert_matmul(self.gate.name(), ex, ne, &x, &slots);
+                o.expert_matmul(self.up.name(), ex, ne, &x, &slots);
+            }
+            let gm = self.gate.matrix(ex)?;
+            g.resize(m * gm.rows(), 0.0);
+            matmul_expert(pass.pool, &gm, &xs, m, &mut g)?;
+            let um = self.up.matrix(ex)?;
+            u.resize(m * um.rows(), 0.0);
+            matmul_expert(pass.pool, &um, &xs, m, &mut u)?;
+            self.act.apply(&mut g, &u);
+            if let Some(o) = &pass.observer {
+                o.expert_matmul(self.down.name(), ex, ne, &reorder(&g), &slots);
+            }
+            let dm = self.down.matrix(ex)?;
+            d.resize(m * e, 0.0);
+            matmul_expert(pass.pool, &dm, &g, m, &mut d)?;
+            for (r, &(ts, wt)) in toks.iter().enumerate() {
+                for (o, s) in weighted[ts * e..(ts + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
+                    *o = s * wt;
+                }
+            }
+        }
+        out.clear();
+        out.resize(n * e, 0.0);
+        for (t, o) in out.chunks_exact_mut(e).enumerate() {
+            o.copy_from_slice(&weighted[t * k * e..][..e]);
+            for slot in 1..k {
+                for (o, w) in o.iter_mut().zip(&weighted[(t * k + slot) * e..][..e]) {
+                    *o += w;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A layer's FFN: dense or experts.
+pub enum Ffn {
+    /// One gated FFN for every token.
+    Dense(GatedFfn),
+    /// Routed experts.
+    Moe(Moe),
+}
+
+impl Ffn {
+    /// The FFN of every row of the pass into `out`; `seqs` holds each sequence's `(first
+    /// row, rows)` (experts are routed per sequence).
+    pub fn forward(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        h: &[f32],
+        seqs: &[(usize, usize)],
+        sc: &mut FfnScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        match self {
+            Ffn::Dense(f) => f.forward(pass, il, h, sc, out),
+            Ffn::Moe(m) => {
+                let e = m.router.cols();
+                out.resize(pass.rows.n_rows() * e, 0.0);
+                for &(r0, n) in seqs {
+                    m.forward_seq(pass, &h[r0 * e..(r0 + n) * e], n, &mut sc.part)?;
+                    out[r0 * e..(r0 + n) * e].copy_from_slice(&sc.part);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Repacks a dense FFN's projections (experts stay as stored).
+    pub fn repack(&mut self) -> Result<()> {
+        match self {
+            Ffn::Dense(f) => f.repack(),
+            Ffn::Moe(_) => Ok(()),
+        }
+    }
+}

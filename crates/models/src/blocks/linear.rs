@@ -1,0 +1,243 @@
+//! Weight matrices: [`Linear`] (a product, quantized in place, with its bias) and
+//! [`Embedding`] (row lookup).
+
+use std::sync::Arc;
+
+use gguf_format::SplitGguf;
+use quant_kernels::{matmul, matmul_rowwise, ops, Matrix, Repacked};
+
+use super::{add_bias, Pass};
+use crate::loader::{Loader, TensorRef};
+use crate::{Error, Result};
+
+/// `y = x · Wᵀ (+ b)`: a 2-D weight of the model file, read in place from its map — or,
+/// after [`Linear::repack`], from the layout the chosen kernel repacked it into (as
+/// llama.cpp repacks the same types and shapes at load).
+pub struct Linear {
+    file: Arc<SplitGguf>,
+    weight: TensorRef,
+    bias: Option<Vec<f32>>,
+    repacked: Option<Repacked>,
+}
+
+impl Linear {
+    /// The weight `{name}.weight` of shape `[cols, rows]` and its optional bias
+    /// `{name}.bias` (`rows` long).
+    pub fn load(ld: &Loader<'_>, name: &str, cols: usize, rows: usize) -> Result<Linear> {
+        let weight = ld.tensor(&format!("{name}.weight"), &[cols as u64, rows as u64])?;
+        let bias = ld.opt_vector(&format!("{name}.bias"), rows as u64)?;
+        Linear::new(ld.shared()?, weight, bias)
+    }
+
+    /// [`Linear::load`] when the file has `{name}.weight`, else `None`.
+    pub fn load_opt(ld: &Loader<'_>, name: &str, cols: usize, rows: usize) -> Result<Option<Linear>> {
+        if ld.has(&format!("{name}.weight")) {
+            Linear::load(ld, name, cols, rows).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// A weight already located (a tied output is the token embedding's tensor); checks
+    /// its type has a decoder now, not at the first token.
+    pub fn new(file: Arc<SplitGguf>, weight: TensorRef, bias: Option<Vec<f32>>) -> Result<Linear> {
+        let l = Linear { file, weight, bias, repacked: None };
+        l.matrix()?;
+        Ok(l)
+    }
+
+    /// Moves the weight into the layout of the kernel that will read it, when that kernel
+    /// repacks this type and shape on this CPU; the bytes are read from the (shard) file,
+    /// not through the map, so the original pages never become resident. Returns whether
+    /// it was repacked.
+    pub fn repack(&mut self) -> Result<bool> {
+        let t = &self.weight;
+        if self.repacked.is_some() || quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none() {
+            return Ok(self.repacked.is_some());
+        }
+        let mut buf = Vec::new();
+        read_tensor(&self.file, t, &mut buf)?;
+        let m = Matrix::new(t.type_id, &buf, t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))?;
+        self.repacked = Repacked::new(&m);
+        Ok(self.repacked.is_some())
+    }
+
+    /// The weight as the kernels see it.
+    pub fn matrix(&self) -> Result<Matrix<'_>> {
+        match &self.repacked {
+            Some(r) => Ok(r.matrix()),
+            None => mat(&self.file, &self.weight),
+        }
+    }
+
+    /// The weight tensor.
+    pub fn tensor(&self) -> &TensorRef {
+        &self.weight
+    }
+
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
+    /// Input width.
+    pub fn cols(&self) -> usize {
+        self.weight.cols()
+    }
+
+    /// Output width.
+    pub fn rows(&self) -> usize {
+        self.weight.rows()
+    }
+
+    /// `y = x · Wᵀ` for the pass's rows (the bias is not added: see
+    /// [`Linear::forward`]). The observer sees `x` first.
+    pub fn product(&self, pass: &Pass<'_>, x: &[f32], y: &mut Vec<f32>) -> Result<()> {
+        if let Some(o) = pass.observer {
+            o.matmul(&self.weight.name, x, pass.rows.n_rows());
+        }
+        let m = self.matrix()?;
+        let (c, r) = (m.cols(), m.rows());
+        let rows = pass.rows;
+        y.resize(rows.n_rows() * r, 0.0);
+        let ns = rows.n_single();
+        if ns > 0 {
+            matmul_rowwise(pass.pool, &m, &x[..ns * c], ns, &mut y[..ns * r])?;
+        }
+        for &(r0, n) in rows.multi() {
+            matmul(pass.pool, &m, &x[r0 * c..(r0 + n) * c], n, &mut y[r0 * r..(r0 + n) * r])?;
+        }
+        Ok(())
+    }
+
+    /// `y = x · Wᵀ + b` for the pass's rows.
+    pub fn forward(&self, pass: &Pass<'_>, x: &[f32], y: &mut Vec<f32>) -> Result<()> {
+        self.product(pass, x, y)?;
+        add_bias(y, self.bias());
+        Ok(())
+    }
+}
+
+/// Token embeddings: one row of the matrix per token id (ggml's `get_rows`), optionally
+/// scaled (gemma's √n_embd).
+pub struct Embedding {
+    file: Arc<SplitGguf>,
+    weight: TensorRef,
+    /// Scale applied to every embedding.
+    pub scale: Option<f32>,
+}
+
+impl Embedding {
+    /// `token_embd.weight`-style tensor `name` of `n_embd` columns; its row count is the
+    /// vocabulary.
+    pub fn load(ld: &Loader<'_>, name: &str, n_embd: usize) -> Result<Embedding> {
+        let t = ld.file().tensor(name).ok_or_else(|| Error::MissingTensor(name.into()))?;
+        let n_vocab = t.dims.get(1).copied().unwrap_or(0);
+        if n_vocab == 0 {
+            return Err(Error::Shape { name: name.into(), got: t.dims.clone(), want: vec![n_embd as u64, 0] });
+        }
+        let weight = ld.tensor(name, &[n_embd as u64, n_vocab])?;
+        let file = ld.shared()?;
+        mat(&file, &weight)?;
+        Ok(Embedding { file, weight, scale: None })
+    }
+
+    /// The tensor (for an output matrix tied to it).
+    pub fn tensor(&self) -> &TensorRef {
+        &self.weight
+    }
+
+    /// Rows of the matrix: the vocabulary size.
+    pub fn n_vocab(&self) -> usize {
+        self.weight.rows()
+    }
+
+    /// Writes token `id`'s embedding into `out` (`n_embd` long), unscaled.
+    pub fn row(&self, id: u32, out: &mut [f32]) -> Result<()> {
+        if id as usize >= self.n_vocab() {
+            return Err(Error::TokenOutOfRange { id, n_vocab: self.n_vocab() });
+        }
+        mat(&self.file, &self.weight)?.dequantize_row(id as usize, out)?;
+        Ok(())
+    }
+
+    /// The scaled embeddings of `tokens` placed at rows `row0..` of `x`.
+    pub fn forward(&self, tokens: &[u32], row0: usize, x: &mut [f32]) -> Result<()> {
+        let e = self.weight.cols();
+        for (t, &id) in tokens.iter().enumerate() {
+            let r = row0 + t;
+            self.row(id, &mut x[r * e..(r + 1) * e])?;
+            if let Some(s) = self.scale {
+                ops::scale_inplace(&mut x[r * e..(r + 1) * e], s);
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn mat<'a>(file: &'a SplitGguf, t: &TensorRef) -> Result<Matrix<'a>> {
+    Matrix::new(t.type_id, t.data(file), t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))
+}
+
+pub(crate) fn type_error(t: &TensorRef, e: Error) -> Error {
+    Error::TensorType { name: t.name.clone(), type_name: t.type_name(), why: e.to_string() }
+}
+
+/// The data bytes of `t`, read from the shard file holding it (not through the mmap).
+pub(crate) fn read_tensor(file: &SplitGguf, t: &TensorRef, buf: &mut Vec<u8>) -> Result<()> {
+    buf.clear();
+    buf.resize(t.len, 0);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        let path = t.shard_file(file).path();
+        let read = std::fs::File::open(path).and_then(|f| f.read_exact_at(buf, t.start as u64));
+        if let Err(source) = read {
+            return Err(Error::Read { name: t.name.clone(), source });
+        }
+    }
+    #[cfg(not(unix))]
+    buf.copy_from_slice(t.data(file));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use gguf_format::split::{split_path, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS_COUNT};
+    use gguf_format::GgufWriter;
+
+    use super::*;
+
+    /// `read_tensor` (the repacking path's `pread`) finds each tensor in its own shard's
+    /// file at its shard-relative offset: the same bytes as the map.
+    #[test]
+    fn read_tensor_reads_from_the_holding_shard() {
+        let d = tempfile::tempdir().unwrap();
+        let prefix = d.path().join("m");
+        for no in 0..3u16 {
+            let mut w = GgufWriter::new();
+            w.add_kv(KEY_SPLIT_NO, no);
+            w.add_kv(KEY_SPLIT_COUNT, 3u16);
+            w.add_kv(KEY_SPLIT_TENSORS_COUNT, 6i32);
+            // Different sizes per shard, so equal offsets in two shards hold different data.
+            for j in 0..2u16 {
+                let id = no * 2 + j;
+                let data: Vec<u8> = (0..(8 + 4 * id as usize)).map(|k| (id as usize * 31 + k) as u8).collect();
+                w.add_tensor_owned(&format!("t{id}"), &[data.len() as u64], 24, data).unwrap();
+            }
+            w.write_to_path(split_path(&prefix, no as u32, 3)).unwrap();
+        }
+        let m = SplitGguf::open(split_path(&prefix, 1, 3)).unwrap();
+        let ld = Loader::new(&m, "x");
+        let mut buf = Vec::new();
+        for id in 0..6usize {
+            let name = format!("t{id}");
+            let t = ld.tensor(&name, &[8 + 4 * id as u64]).unwrap();
+            assert_eq!(t.shard, id / 2);
+            read_tensor(&m, &t, &mut buf).unwrap();
+            assert_eq!(buf, t.data(&m));
+            assert_eq!(buf, m.tensor_data_by_name(&name).unwrap());
+            assert_eq!(buf[0], (id * 31) as u8);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The public building blocks of a decoder-only transformer, the ones the built-in
+//! architectures are made of: [`RmsNorm`], [`Linear`] (a weight matrix, quantized in place,
+//! with its optional bias), [`Attention`] (Q/K/V projections, QK-norm, rope, the KV cache
+//! and llama.cpp's flash-attention arithmetic, the output projection) and [`attend`] (just
+//! the attention over the cache, for a family with projections of its own), the FFNs
+//! ([`GatedFfn`], [`Moe`], [`Ffn`]) and [`Embedding`].
+//!
+//! Every block computes what the matching part of llama.cpp's graph computes, in the same
+//! order of operations, so a model assembled from them gives llama.cpp's logits.
+//!
+//! # One batch pass
+//!
+//! A pass evaluates the rows of one or more sequences at once. [`RowLayout::lay_out`] puts
+//! the single-token sequences first and each longer one after, contiguously; a [`Pass`]
+//! carries the layout, the worker pool and an activation observer (`gguf imatrix`) to every
+//! block. A block's result for one sequence never depends on the others in the pass.
+//!
+//! ```no_run
+//! use gguf_models::blocks::{Pass, RmsNorm, RowLayout};
+//! # fn demo(norm: &RmsNorm, wq: &gguf_models::blocks::Linear, x: &[f32]) -> gguf_models::Result<()> {
+//! let pool = gguf_models::Pool::new(2);
+//! let (rows, row0) = RowLayout::lay_out(&[5]); // one sequence of 5 tokens
+//! assert_eq!(row0, [0]);
+//! let pass = Pass { pool: &pool, observer: None, rows: &rows };
+//! let (mut h, mut q) = (Vec::new(), Vec::new());
+//! norm.forward(x, &mut h);
+//! wq.forward(&pass, &h, &mut q)?;
+//! # Ok(()) }
+//! ```
+
+mod attention;
+mod ffn;
+mod linear;
+mod norm;
+
+use std::sync::Arc;
+
+pub use attention::{attend, Attention, AttentionScratch, Heads, SeqKv, SeqView};
+pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Moe};
+pub use linear::{Embedding, Linear};
+pub use norm::RmsNorm;
+
+use quant_kernels::Pool;
+
+use crate::model::Observer;
+
+/// How the rows of one batch pass are laid out: the single-token sequences' rows first
+/// (`0..n_single`, one per sequence), then each multi-token sequence's rows contiguously.
+/// Products over the single rows use [`quant_kernels::matmul_rowwise`] (each row's
+/// arithmetic that of a one-token product), every multi-token sequence gets a product of
+/// its own: so each row's result is the one its sequence would get alone.
+#[derive(Debug, Clone, Default)]
+pub struct RowLayout {
+    n_single: usize,
+    multi: Vec<(usize, usize)>,
+    n: usize,
+}
+
+impl RowLayout {
+    /// Lays out sequences of `lens` tokens (each ≥ 1); returns the layout and each
+    /// sequence's first row.
+    pub fn lay_out(lens: &[usize]) -> (RowLayout, Vec<usize>) {
+        let mut order: Vec<usize> = (0..lens.len()).collect();
+        order.sort_by_key(|&i| lens[i] > 1);
+        let mut rows = RowLayout::default();
+        let mut row0 = vec![0; lens.len()];
+        for &i in &order {
+            row0[i] = rows.n;
+            rows.push(lens[i]);
+        }
+        (rows, row0)
+    }
+
+    /// One sequence of `n` rows.
+    pub fn one(n: usize) -> RowLayout {
+        let mut rows = RowLayout::default();
+        rows.push(n);
+        rows
+    }
+
+    /// Appends a sequence of `n` rows: to the single rows when `n == 1` and no longer
+    /// sequence came before, else as a product of its own.
+    pub fn push(&mut self, n: usize) {
+        if n == 1 && self.multi.is_empty() {
+            self.n_single += 1;
+            self.n += 1;
+        } else {
+            self.push_product(n);
+        }
+    }
+
+    /// Appends `n` rows that get a product of their own even when `n == 1`.
+    pub fn push_product(&mut self, n: usize) {
+        self.multi.push((self.n, n));
+        self.n += n;
+    }
+
+    /// Rows in all.
+    pub fn n_rows(&self) -> usize {
+        self.n
+    }
+
+    /// The leading single-token rows.
+    pub fn n_single(&self) -> usize {
+        self.n_single
+    }
+
+    /// `(first row, rows)` of each multi-token sequence.
+    pub fn multi(&self) -> &[(usize, usize)] {
+        &self.multi
+    }
+}
+
+/// What every block of one pass shares: the worker pool, the activation observer and the
+/// row layout.
+#[derive(Clone, Copy)]
+pub struct Pass<'a> {
+    /// Worker threads.
+    pub pool: &'a Pool,
+    /// Sees the input of every weight product (`gguf imatrix`), when set.
+    pub observer: Option<&'a Arc<dyn Observer>>,
+    /// The rows of the pass.
+    pub rows: &'a RowLayout,
+}
+
+impl<'a> Pass<'a> {
+    /// The same pass over another row layout (a subset of the rows: the output head's,
+    /// one sequence's).
+    pub fn with_rows<'b>(&self, rows: &'b RowLayout) -> Pass<'b>
+    where
+        'a: 'b,
+    {
+        Pass { pool: self.pool, observer: self.observer, rows }
+    }
+}
+
+/// `GGUF_DUMP_DIR=DIR`: write intermediate tensors as raw f32 under llama.cpp's `cb_eval`
+/// names (`attn_norm-0`, `kqv_out-0`, `l_out-0`, `result_output`, ...), to compare a forward
+/// pass with `cargo xtask llama-dump` node by node. A debugging aid; off by default.
+pub fn dump(name: &str, data: &[f32]) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get_or_init(|| std::env::var_os("GGUF_DUMP_DIR").map(Into::into)) {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(dir.join(format!("{name}.f32")), bytes);
+    }
+}
+
+/// Adds `b` to every row of `y` (`b.len()` wide).
+pub fn add_bias(y: &mut [f32], b: Option<&[f32]>) {
+    if let Some(b) = b {
+        for row in y.chunks_exact_mut(b.len()) {
+            quant_kernels::ops::add_inplace(row, b);
+        }
+    }
+}
