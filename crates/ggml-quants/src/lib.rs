@@ -46,6 +46,7 @@
 //! assert!(ggml_quants::registry_problems().problems.is_empty());
 //! ```
 //! `examples/custom-quant` adds kernels and a repacked layout for such a type.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod error;

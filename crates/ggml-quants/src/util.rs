@@ -887,6 +887,51 @@ pub fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// Deterministic test inputs shared by the types' unit tests.
+#[cfg(test)]
+pub(crate) mod test_rng {
+    /// xorshift32 values in [-1, 1] (`(x / u32::MAX - 0.5) * 2`), `n` of them.
+    pub fn vec32(seed: u32, n: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32 - 0.5) * 2.0
+            })
+            .collect()
+    }
+
+    /// An xorshift32 stream of values in [-1, 1] (`x / u32::MAX * 2 - 1`).
+    pub fn xorshift32(seed: u32) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        }
+    }
+
+    /// An xorshift64 stream of 24-bit values in [-1, 1).
+    pub fn xorshift64(seed: u64) -> impl FnMut() -> f32 {
+        let mut s = seed | 1;
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+    }
+
+    /// `n` bell-shaped values (sums of four [`xorshift64`] draws).
+    pub fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+        let mut r = xorshift64(seed);
+        (0..n).map(|_| (0..4).map(|_| r()).sum::<f32>()).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

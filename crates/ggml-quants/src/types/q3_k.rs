@@ -403,20 +403,8 @@ mod tests {
     use super::*;
     use crate::util::f32_to_fp16;
 
-    fn rng(seed: u64) -> impl FnMut() -> f32 {
-        let mut s = seed | 1;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-    }
-
-    fn gaussian(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = rng(seed);
-        (0..n).map(|_| (0..4).map(|_| r()).sum::<f32>()).collect()
-    }
+    use crate::util::test_rng::gaussian;
+    use crate::util::test_rng::xorshift64 as rng;
 
     /// The C loops as written (`make_q3_quants`, then the sequential requantize and
     /// hmask loops), the reference for the restructured encoder.

@@ -117,17 +117,7 @@ fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<
 mod tests {
     use super::*;
 
-    fn rng(seed: u32, n: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s as f32 / u32::MAX as f32 - 0.5) * 2.0
-            })
-            .collect()
-    }
+    use crate::util::test_rng::vec32 as rng;
 
     #[test]
     fn decodes_handmade_block() {

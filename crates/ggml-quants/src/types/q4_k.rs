@@ -284,15 +284,7 @@ mod tests {
     use super::*;
     use crate::util::write_f16;
 
-    fn rng(seed: u32) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        }
-    }
+    use crate::util::test_rng::xorshift32 as rng;
 
     /// Packs eight (scale, min) pairs (each < 64) the way ggml does.
     fn pack(sm: [(u8, u8); 8]) -> [u8; K_SCALE_SIZE] {

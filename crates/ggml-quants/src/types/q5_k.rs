@@ -153,15 +153,7 @@ mod tests {
     use crate::types::q4_k::pack_scale_min;
     use crate::util::write_f16;
 
-    fn rng(seed: u32) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        }
-    }
+    use crate::util::test_rng::xorshift32 as rng;
 
     #[test]
     fn decodes_handmade_block() {

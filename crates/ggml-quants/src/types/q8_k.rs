@@ -111,15 +111,7 @@ pub fn quantize_ref(src: &[f32], dst: &mut [u8]) {
 mod tests {
     use super::*;
 
-    fn rng(seed: u32) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        }
-    }
+    use crate::util::test_rng::xorshift32 as rng;
 
     #[test]
     fn decodes_handmade_block() {
