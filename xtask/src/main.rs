@@ -55,6 +55,10 @@ commands:
                                     greedy 32 tokens, KL and top-1 over every position;
                                     models: smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen3,
                                     qwen3moe, smollm2-q4_0..q6_k, -iq4_nl, -iq4_xs, -mxfp4 (groups: real, synth, requant)
+  verify families [--family NAME...] [--quick] [-t N] [--gguf BIN]
+                                    issue 15: each family's synthetic file (synth::FAMILIES) vs
+                                    libllama, F16 / Q8_0 KV: greedy 32 on 10 prompts, KL and
+                                    top-1 per position, at -ub 1, 7, 64 via llama-perplexity
   bench [--model NAME...] [-t 2] [-r 3] [-p 512] [-n 64] [--md FILE] [--llama-only]
                                     gguf bench vs llama-bench, interleaved, ratio table
   llama-logits -m FILE (--prompt TEXT | --tokens 1,2,3) -o OUT [-n N] [-t N]
@@ -81,6 +85,7 @@ struct Args {
     seed: u64,
     types: Vec<String>,
     models: Vec<String>,
+    families: Vec<String>,
     threads: usize,
     reps: usize,
     n_prompt: usize,
@@ -105,6 +110,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
         seed: 0x5eed,
         types: Vec::new(),
         models: Vec::new(),
+        families: Vec::new(),
         threads: 2,
         reps: 3,
         n_prompt: 512,
@@ -136,6 +142,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
                 };
             }
             "--type" => a.types.push(it.next().context("--type needs a value")?.clone()),
+            "--family" => a.families.push(it.next().context("--family needs a value")?.clone()),
             "--model" | "-m" => a.models.push(it.next().context("--model needs a value")?.clone()),
             "-t" | "--threads" => a.threads = num(it.next(), "-t")?,
             "-r" | "--repetitions" => a.reps = num(it.next(), "-r")?,
@@ -232,6 +239,17 @@ fn real_main() -> Result<()> {
                     };
                     verify::logits::run(&cache, &lo, &mut report)?
                 }
+                "families" => verify::families::run(
+                    &cache,
+                    &verify::families::FamOpts {
+                        quick: args.quick,
+                        families: args.families.clone(),
+                        threads: args.threads,
+                        gguf: args.gguf.as_ref().map(Into::into),
+                        seed: synth::SEED,
+                    },
+                    &mut report,
+                )?,
                 "tokenizer" => {
                     verify::tokenizer::run(&cache, &verify::tokenizer::TokOpts { quick: args.quick }, &mut report)?
                 }
@@ -243,7 +261,7 @@ fn real_main() -> Result<()> {
                 }
                 other => {
                     bail!(
-                        "verify what? {other:?} (quants, gguf, requant, quantize, logits, tokenizer, sampling or all)"
+                        "verify what? {other:?} (quants, gguf, requant, quantize, logits, families, tokenizer, sampling or all)"
                     )
                 }
             }

@@ -26,6 +26,16 @@
 //! 352 (a multiple of 32, not of 256: the down experts take llama-quantize's fallbacks),
 //! 8 layers (so `use_more_bits` and `n_layer/8` pick different layers), GQA 4/2, an
 //! untied `output.weight`; every tensor F32.
+//!
+//! **Families** ([`FAMILIES`], `cargo xtask verify families`, issue 15): one file per
+//! architecture family with a real model's head (and expert) layout, 2–4 layers, that
+//! model's hyperparameters and a real tokenizer (a llama.cpp `ggml-vocab-*` fixture or a
+//! real file's `tokenizer.*` keys). Matrices cycle tensor by tensor through F16, Q8_0,
+//! Q4_K and Q6_K (a K-quant on rows that are not a multiple of 256 falls back to Q8_0), so
+//! each file holds all four; norms and biases are F32. Every matrix is N(0, 1/√fan_in), the
+//! embeddings and output N(0, 4/√n_embd). A family is a [`Family`] row: its layout plus
+//! [`Feature`] flags and extra `<arch>.*` keys; one that needs tensors the flags cannot
+//! describe gets a flag of its own. Cached as `<cache>/synth/fam-<name>-v<V>-s<seed>.gguf`.
 
 use std::path::{Path, PathBuf};
 
@@ -271,6 +281,379 @@ fn write_llama_moe8(path: &Path, seed: u64, tok: &GgufFile) -> Result<()> {
     }
     b.tensor("output_norm.weight", &[M8_EMBD], "f32", 1.0, 0.1)?;
     b.tensor("output.weight", &[M8_EMBD, n_vocab], "f32", 0.0, 0.15)?;
+    b.w.write_to_path(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Families (`cargo xtask verify families`, issue 15)
+// ---------------------------------------------------------------------------------------
+
+/// Where a family's tokenizer metadata comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum VocabSource {
+    /// llama.cpp's `models/ggml-vocab-<name>.gguf` fixture (extracted into `<cache>/vocab`).
+    Fixture(&'static str),
+    /// A real model of the cache's model table, by name.
+    Model(&'static str),
+}
+
+/// An extra metadata value, written under `<arch>.<key>`.
+#[derive(Debug, Clone, Copy)]
+pub enum Kv {
+    /// `uint32`.
+    U32(u32),
+    /// `float32`.
+    F32(f32),
+}
+
+/// What sets a family's file apart from the plain llama layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// `attn_{q,k,v}.bias` (qwen2).
+    QkvBias,
+    /// `attn_{q,k}_norm.weight` of one head's width (qwen3, gemma3).
+    QkNorm,
+    /// `post_attention_norm` and `post_ffw_norm` (gemma2/3).
+    PostNorms,
+    /// `attention.key_length` / `attention.value_length` written (head width ≠ n_embd / n_head
+    /// or a file that states it anyway).
+    HeadDimKeys,
+    /// `rope.dimension_count` written (= head width).
+    RopeDimKey,
+    /// An untied `output.weight` (otherwise the output reuses `token_embd`).
+    Output,
+}
+
+/// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
+/// hyperparameters and tokenizer, random weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// The name `verify families --family` takes and the cache file's stem.
+    pub name: &'static str,
+    /// `general.architecture`.
+    pub arch: &'static str,
+    /// The real model whose layout this is (for the report).
+    pub layout: &'static str,
+    /// Held to the MoE thresholds (routing may flip on a last-bit difference).
+    pub moe: bool,
+    /// The tokenizer.
+    pub vocab: VocabSource,
+    /// Blocks.
+    pub n_layer: usize,
+    /// Width.
+    pub n_embd: u64,
+    /// Query heads.
+    pub n_head: u64,
+    /// KV heads.
+    pub n_head_kv: u64,
+    /// Head width.
+    pub head_dim: u64,
+    /// Dense FFN width (0 in MoE-only layers).
+    pub n_ff: u64,
+    /// Experts (0 = dense).
+    pub n_expert: u64,
+    /// Experts per token.
+    pub n_expert_used: u64,
+    /// One expert's FFN width.
+    pub n_ff_exp: u64,
+    /// `rope.freq_base`.
+    pub rope_base: f32,
+    /// `attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+    /// `context_length`.
+    pub ctx: u32,
+    /// Layout features.
+    pub features: &'static [Feature],
+    /// Further `<arch>.*` keys.
+    pub kv: &'static [(&'static str, Kv)],
+}
+
+impl Family {
+    fn has(&self, f: Feature) -> bool {
+        self.features.contains(&f)
+    }
+}
+
+/// The families `verify families` runs, in the order it runs them.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "llama",
+        arch: "llama",
+        layout: "TinyLlama-1.1B (2048 wide, 32 heads / 4 KV heads of 64, FFN 5632), Llama 2 SPM vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("llama-spm"),
+        n_layer: 3,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: 64,
+        n_ff: 5632,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        ctx: 2048,
+        features: &[Feature::RopeDimKey, Feature::Output],
+        kv: &[],
+    },
+    Family {
+        name: "qwen2",
+        arch: "qwen2",
+        layout: "Qwen2.5-0.5B (896 wide, 14 heads / 2 KV heads of 64, FFN 4864, Q/K/V biases, tied output), qwen2 vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("qwen2"),
+        n_layer: 3,
+        n_embd: 896,
+        n_head: 14,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 4864,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 32768,
+        features: &[Feature::QkvBias],
+        kv: &[],
+    },
+    Family {
+        name: "qwen3",
+        arch: "qwen3",
+        layout: "Qwen3-0.6B (1024 wide, 16 heads / 8 KV heads of 128, FFN 3072, QK-norm, tied output), qwen2 vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("qwen2"),
+        n_layer: 3,
+        n_embd: 1024,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 3072,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 40960,
+        features: &[Feature::QkNorm, Feature::HeadDimKeys],
+        kv: &[],
+    },
+    Family {
+        name: "qwen3moe",
+        arch: "qwen3moe",
+        layout: "Qwen3-30B-A3B (2048 wide, 32 heads / 4 KV heads of 128, 128 experts, 8 used; expert FFN 256 instead of 768), qwen2 vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("qwen2"),
+        n_layer: 2,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: 128,
+        n_ff: 0,
+        n_expert: 128,
+        n_expert_used: 8,
+        n_ff_exp: 256,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 40960,
+        features: &[Feature::QkNorm, Feature::HeadDimKeys, Feature::Output],
+        kv: &[],
+    },
+    Family {
+        name: "gemma3",
+        arch: "gemma3",
+        layout: "gemma-3-270m (640 wide, 4 heads / 1 KV head of 256, FFN 2048, window 512, local base 10000), its vocab; \
+                 4 layers with a global 4th (sliding_window_pattern 4)",
+        moe: false,
+        vocab: VocabSource::Model("gemma3-270m"),
+        n_layer: 4,
+        n_embd: 640,
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 256,
+        n_ff: 2048,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 32768,
+        features: &[Feature::QkNorm, Feature::PostNorms, Feature::HeadDimKeys],
+        kv: &[
+            ("attention.sliding_window", Kv::U32(512)),
+            ("attention.sliding_window_pattern", Kv::U32(4)),
+            ("rope.freq_base_swa", Kv::F32(10000.0)),
+        ],
+    },
+];
+
+/// The family named `name`.
+pub fn family(name: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.name == name)
+}
+
+/// Bump when the family generator changes.
+const FAMILY_VERSION: u32 = 1;
+
+/// The matrix types a family file cycles through, tensor by tensor.
+const FAMILY_TYPES: &[&str] = &["f16", "q8_0", "q4_K", "q6_K"];
+
+/// Where the file of `fam` and `seed` is cached.
+pub fn family_path(cache: &Path, fam: &Family, seed: u64) -> PathBuf {
+    cache.join("synth").join(format!("fam-{}-v{FAMILY_VERSION}-s{seed:x}.gguf", fam.name))
+}
+
+/// The file of `fam`, written on first use.
+pub fn ensure_family(cache: &Path, fam: &Family, seed: u64) -> Result<PathBuf> {
+    let path = family_path(cache, fam, seed);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let tok_src = match fam.vocab {
+        VocabSource::Fixture(name) => {
+            let want = format!("ggml-vocab-{name}.gguf");
+            models::ensure_vocab(cache)?
+                .into_iter()
+                .find(|p| p.file_name().is_some_and(|f| f.to_string_lossy() == want))
+                .with_context(|| format!("no vocab fixture {want} in {}", cache.join("vocab").display()))?
+        }
+        VocabSource::Model(name) => {
+            models::ensure_model(models::find_model(name).with_context(|| format!("{name} not in the model table"))?)?
+        }
+    };
+    let tok = GgufFile::open(&tok_src).with_context(|| format!("reading {}", tok_src.display()))?;
+    std::fs::create_dir_all(path.parent().context("no parent")?)?;
+    write_family(&path, fam, seed, &tok)?;
+    eprintln!("synth: wrote {}", path.display());
+    Ok(path)
+}
+
+/// Hands out the matrix types in turn; a K-quant on a row length that is not a multiple
+/// of 256 falls back to Q8_0 (as llama-quantize falls back for such rows).
+struct TypeCycle(usize);
+
+impl TypeCycle {
+    fn next(&mut self, row: u64) -> &'static str {
+        let t = FAMILY_TYPES[self.0 % FAMILY_TYPES.len()];
+        self.0 += 1;
+        if t.ends_with("_K") && !row.is_multiple_of(256) {
+            "q8_0"
+        } else {
+            t
+        }
+    }
+}
+
+fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<()> {
+    let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
+        Some(a) => a.len() as u64,
+        None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),
+    };
+    let name_hash =
+        fam.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let mut b = Builder { w: GgufWriter::new(), rng: Rng(seed ^ name_hash) };
+    let arch = fam.arch;
+    let k = |s: &str| format!("{arch}.{s}");
+    let w = &mut b.w;
+    w.add_kv("general.architecture", arch);
+    w.add_kv("general.type", "model");
+    w.add_kv(
+        "general.name",
+        format!("synthetic {} (gguf-engine xtask synth families v{FAMILY_VERSION}, seed {seed:#x})", fam.name),
+    );
+    w.add_kv("general.file_type", 7u32); // mostly Q8_0
+    w.add_kv(&k("block_count"), fam.n_layer as u32);
+    w.add_kv(&k("context_length"), fam.ctx);
+    w.add_kv(&k("embedding_length"), fam.n_embd as u32);
+    w.add_kv(&k("feed_forward_length"), fam.n_ff as u32);
+    w.add_kv(&k("attention.head_count"), fam.n_head as u32);
+    w.add_kv(&k("attention.head_count_kv"), fam.n_head_kv as u32);
+    if fam.has(Feature::HeadDimKeys) {
+        w.add_kv(&k("attention.key_length"), fam.head_dim as u32);
+        w.add_kv(&k("attention.value_length"), fam.head_dim as u32);
+    } else {
+        ensure!(fam.n_embd == fam.n_head * fam.head_dim, "{}: head width needs HeadDimKeys", fam.name);
+    }
+    if fam.has(Feature::RopeDimKey) {
+        w.add_kv(&k("rope.dimension_count"), fam.head_dim as u32);
+    }
+    w.add_kv(&k("rope.freq_base"), fam.rope_base);
+    w.add_kv(&k("attention.layer_norm_rms_epsilon"), fam.rms_eps);
+    if fam.n_expert > 0 {
+        w.add_kv(&k("expert_count"), fam.n_expert as u32);
+        w.add_kv(&k("expert_used_count"), fam.n_expert_used as u32);
+        w.add_kv(&k("expert_feed_forward_length"), fam.n_ff_exp as u32);
+    }
+    for &(key, v) in fam.kv {
+        match v {
+            Kv::U32(x) => w.add_kv(&k(key), x),
+            Kv::F32(x) => w.add_kv(&k(key), x),
+        };
+    }
+    for (key, value) in tok.metadata().iter() {
+        if key.starts_with("tokenizer.") {
+            w.metadata_mut().set(key, value.clone());
+        }
+    }
+    w.add_kv("general.quantization_version", 2u32);
+
+    // Scales: every matrix N(0, 1/√fan_in), so each projection keeps unit variance;
+    // embeddings and the output N(0, 4/√n_embd), so logits spread over ~±10.
+    let (e, q_dim, kv_dim) = (fam.n_embd, fam.n_head * fam.head_dim, fam.n_head_kv * fam.head_dim);
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    let s_emb = 4.0 / (e as f64).sqrt();
+    let mut types = TypeCycle(0);
+    b.tensor("token_embd.weight", &[e, n_vocab], "q8_0", 0.0, s_emb)?;
+    for il in 0..fam.n_layer {
+        let p = |x: &str| format!("blk.{il}.{x}");
+        b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        b.tensor(&p("attn_q.weight"), &[e, q_dim], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_k.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_v.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+        if fam.has(Feature::QkvBias) {
+            b.tensor(&p("attn_q.bias"), &[q_dim], "f32", 0.0, 0.1)?;
+            b.tensor(&p("attn_k.bias"), &[kv_dim], "f32", 0.0, 0.1)?;
+            b.tensor(&p("attn_v.bias"), &[kv_dim], "f32", 0.0, 0.1)?;
+        }
+        b.tensor(&p("attn_output.weight"), &[q_dim, e], types.next(q_dim), 0.0, s(q_dim))?;
+        if fam.has(Feature::QkNorm) {
+            b.tensor(&p("attn_q_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+            b.tensor(&p("attn_k_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+        }
+        if fam.has(Feature::PostNorms) {
+            b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        }
+        b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        if fam.n_expert > 0 {
+            let (n, f) = (fam.n_expert, fam.n_ff_exp);
+            b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
+            // No F16 experts: they would double the file for nothing F16 attention lacks.
+            let mut expert_type = |row: u64| loop {
+                let t = types.next(row);
+                if t != "f16" {
+                    break t;
+                }
+            };
+            b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+        }
+        if fam.n_ff > 0 {
+            let f = fam.n_ff;
+            b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
+        }
+        if fam.has(Feature::PostNorms) {
+            b.tensor(&p("post_ffw_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        }
+    }
+    b.tensor("output_norm.weight", &[e], "f32", 1.0, 0.1)?;
+    if fam.has(Feature::Output) {
+        b.tensor("output.weight", &[e, n_vocab], if e.is_multiple_of(256) { "q6_K" } else { "q8_0" }, 0.0, s_emb)?;
+    }
     b.w.write_to_path(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
