@@ -7,6 +7,7 @@ pub mod dots;
 pub mod iq4;
 pub mod lattice;
 pub mod ops;
+pub mod ternary;
 
 /// Reads a little-endian fp16 at `at` as f32 (exact, as F16C's `vcvtph2ps`).
 #[inline(always)]

@@ -1,6 +1,7 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2.rs`, `ops.rs`, `lattice_avx2.rs`), AVX-512 VNNI
-//! (`vnni.rs`, `float512.rs`, `iq4.rs`, `lattice_vnni.rs`, `q4_0x8.rs`), what their tile
-//! kernels share (`tiles.rs`) and the lattice formats and driver of both ISAs (`lattice.rs`).
+//! (`vnni.rs`, `float512.rs`, `lattice_vnni.rs`, `q4_0x8.rs`), both ISAs from one body
+//! (`iq4.rs`, `ternary.rs`), what their tile kernels share (`tiles.rs`) and the lattice
+//! formats and driver of both ISAs (`lattice.rs`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -12,6 +13,7 @@ pub mod lattice_avx2;
 pub mod lattice_vnni;
 pub mod ops;
 pub mod q4_0x8;
+pub mod ternary;
 mod tiles;
 pub mod vnni;
 
