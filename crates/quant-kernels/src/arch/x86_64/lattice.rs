@@ -11,7 +11,7 @@
 
 use core::arch::x86_64::*;
 
-use super::tiles::{check_tile, row_offsets, TileCache, TileKey};
+use super::tiles::{check_tile, row_offsets, TileArgs, TileCache, TileKey};
 use crate::registry::Tile;
 use crate::scalar::act::Q8_K_BYTES;
 use crate::scalar::iq4::Path;
@@ -267,17 +267,8 @@ pub(super) struct Rows8 {
     pub dw: __m256,
 }
 
-/// A tile's pointers and strides, for the inner kernels (bounds checked by [`tile_imp`]).
-pub(super) struct Args {
-    pub w: *const u8,
-    pub w_stride: usize,
-    pub rows: usize,
-    pub nb: usize,
-    pub x: *const u8,
-    pub x_stride: usize,
-    pub y: *mut f32,
-    pub y_stride: usize,
-}
+/// The inner kernels' view of a tile (bounds checked by [`tile_imp`]).
+pub(super) type Args = TileArgs;
 
 /// Decoded tiles one thread keeps (both ISAs, told apart by [`TileKey::kind`]).
 const CACHE_BYTES: usize = 8 << 20;
@@ -334,16 +325,7 @@ pub(super) fn tile_imp<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
-    let args = Args {
-        w: t.w.as_ptr(),
-        w_stride: t.w_stride,
-        rows: t.rows,
-        nb,
-        x: t.x.as_ptr(),
-        x_stride: t.x_stride,
-        y: y.as_mut_ptr(),
-        y_stride,
-    };
+    let args = Args::new(t, nb, y, y_stride);
     let tiled = s::path(t) == Path::Tiled;
     let groups = t.rows.div_ceil(8) * nb;
     let raw = &t.w[..(t.rows - 1) * t.w_stride + nb * L::BYTES];

@@ -14,7 +14,7 @@
 use core::arch::x86_64::*;
 
 use super::has_avx2;
-use super::tiles::{check_tile, dot_via_tile, f16_at, hsum_float_8, load256};
+use super::tiles::{check_tile, dot_via_tile, f16_at, hsum_float_8, load256, TileArgs};
 use super::vnni::has_vnni;
 use crate::registry::Tile;
 use crate::scalar::act::Q8_K_BYTES;
@@ -98,18 +98,8 @@ impl Format for Tq2_0 {
     }
 }
 
-/// A tile's pointers and strides (bounds checked by [`tile_imp`]).
-struct Args {
-    w: *const u8,
-    w_stride: usize,
-    rows: usize,
-    nb: usize,
-    x: *const u8,
-    x_stride: usize,
-    tokens: usize,
-    y: *mut f32,
-    y_stride: usize,
-}
+/// The inner kernel's view of a tile (bounds checked by [`tile_imp`]).
+type Args = TileArgs;
 
 /// Most tokens one pass over a row serves (their accumulators live on the stack).
 const TOK_CHUNK: usize = 16;
@@ -209,17 +199,7 @@ fn tile_imp<I: Isa, F: Format>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
-    let a = Args {
-        w: t.w.as_ptr(),
-        w_stride: t.w_stride,
-        rows: t.rows,
-        nb,
-        x: t.x.as_ptr(),
-        x_stride: t.x_stride,
-        tokens: t.tokens,
-        y: y.as_mut_ptr(),
-        y_stride,
-    };
+    let a = Args::new(t, nb, y, y_stride);
     // SAFETY: `check_tile` verified that every weight row (`nb` blocks), activation row
     // (`nb` Q8_K blocks) and output the kernel touches is in bounds, and that the CPU has
     // the ISA's features.

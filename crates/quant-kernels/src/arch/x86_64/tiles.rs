@@ -39,6 +39,38 @@ pub(super) fn check_tile(
     nb
 }
 
+/// A checked tile as raw pointers and strides, for the inner kernels (which index it with
+/// `add`): `rows` weight rows of `nb` blocks, `tokens` activation rows, outputs
+/// `y[t·y_stride + r]`.
+pub(super) struct TileArgs {
+    pub w: *const u8,
+    pub w_stride: usize,
+    pub rows: usize,
+    pub nb: usize,
+    pub x: *const u8,
+    pub x_stride: usize,
+    pub tokens: usize,
+    pub y: *mut f32,
+    pub y_stride: usize,
+}
+
+impl TileArgs {
+    /// The pointers of `t` and `y` (bounds as [`check_tile`] verified them, `nb` blocks).
+    pub fn new(t: &Tile<'_>, nb: usize, y: &mut [f32], y_stride: usize) -> Self {
+        TileArgs {
+            w: t.w.as_ptr(),
+            w_stride: t.w_stride,
+            rows: t.rows,
+            nb,
+            x: t.x.as_ptr(),
+            x_stride: t.x_stride,
+            tokens: t.tokens,
+            y: y.as_mut_ptr(),
+            y_stride,
+        }
+    }
+}
+
 /// One weight row · one activation row through a tile kernel (a 1 × 1 tile of a one-token
 /// product, so the kernel takes llama.cpp's `vec_dot` arithmetic).
 pub(super) fn dot_via_tile(tile: fn(&Tile<'_>, &mut [f32], usize), n: usize, w: &[u8], x: &[u8]) -> f32 {
