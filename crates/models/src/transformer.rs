@@ -61,6 +61,12 @@ pub struct Spec {
     pub final_softcap: Option<f32>,
     /// Normalize the top-k expert weights to sum to one.
     pub moe_norm_weights: bool,
+    /// Layers without rope (NoPE: smollm3's every 4th); empty: every layer ropes.
+    pub nope_layers: Vec<bool>,
+    /// Scale of each block's output before its residual add (granite's `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// Multiplier of the logits, before any soft-capping (granite: 1 / `logit_scale`).
+    pub logit_scale: Option<f32>,
 }
 
 impl Spec {
@@ -79,6 +85,9 @@ impl Spec {
             swa: None,
             final_softcap: None,
             moe_norm_weights: true,
+            nope_layers: Vec::new(),
+            residual_scale: None,
+            logit_scale: None,
         }
     }
 }
@@ -158,7 +167,11 @@ impl Transformer {
                 _ => (hp.rope_base, hp.rope_freq_scale),
             };
             let attn_norm = RmsNorm::load(&ld, &n("attn_norm.weight"), e, eps)?;
-            let rope = hp.rope(spec.rope_mode, base, scale, rope_freqs.clone());
+            let mut rope = hp.rope(spec.rope_mode, base, scale, rope_freqs.clone());
+            if spec.nope_layers.get(il) == Some(&true) {
+                // No rotated dimensions: rope is the identity, as llama.cpp skipping it.
+                rope.n_rot = 0;
+            }
             let mut attn = Attention::load(&ld, il, e, heads, spec.qk_norm, eps, rope)?;
             attn.window = if swa { spec.swa.as_ref().map(|s| s.window) } else { None };
             attn.scale = spec.attn_scale.unwrap_or(attn.scale);
@@ -273,6 +286,9 @@ impl Transformer {
             if let Some(w) = &layer.post_attn_norm {
                 w.forward_inplace(a, tmp);
             }
+            if let Some(s) = self.spec.residual_scale {
+                ops::scale_inplace(a, s);
+            }
             ops::add_inplace(&mut x, a);
             dump(&format!("ffn_inp-{il}"), &x);
             layer.ffn_norm.forward(&x, h);
@@ -281,6 +297,9 @@ impl Transformer {
             dump(&format!("ffn_out-{il}"), a);
             if let Some(w) = &layer.post_ffn_norm {
                 w.forward_inplace(a, tmp);
+            }
+            if let Some(s) = self.spec.residual_scale {
+                ops::scale_inplace(a, s);
             }
             ops::add_inplace(&mut x, a);
             dump(&format!("l_out-{il}"), &x);
@@ -322,6 +341,9 @@ impl Transformer {
         dump("result_norm", &sel);
         let mut out = Vec::new();
         self.output.forward(&pass.with_rows(&out_rows), &sel, &mut out)?;
+        if let Some(s) = self.spec.logit_scale {
+            ops::scale_inplace(&mut out, s);
+        }
         dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
             for l in out.iter_mut() {
