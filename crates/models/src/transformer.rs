@@ -67,6 +67,12 @@ pub struct Spec {
     pub residual_scale: Option<f32>,
     /// Multiplier of the logits, before any soft-capping (granite: 1 / `logit_scale`).
     pub logit_scale: Option<f32>,
+    /// RMSNorm before attention and before the FFN (`attn_norm`, `ffn_norm`); olmo2 has
+    /// only the post-norms.
+    pub pre_norms: bool,
+    /// With `qk_norm`: one RMSNorm over all heads of Q (and of K) at once, `attn_q_norm`
+    /// `n_head × head_k` wide (olmo2), instead of one per head.
+    pub qk_norm_whole: bool,
 }
 
 impl Spec {
@@ -88,16 +94,18 @@ impl Spec {
             nope_layers: Vec::new(),
             residual_scale: None,
             logit_scale: None,
+            pre_norms: true,
+            qk_norm_whole: false,
         }
     }
 }
 
 /// One layer: `x += post_norm(attn(norm(x)))`, then `x += post_norm(ffn(norm(x)))`.
 struct Layer {
-    attn_norm: RmsNorm,
+    attn_norm: Option<RmsNorm>,
     attn: Attention,
     post_attn_norm: Option<RmsNorm>,
-    ffn_norm: RmsNorm,
+    ffn_norm: Option<RmsNorm>,
     ffn: Ffn,
     post_ffn_norm: Option<RmsNorm>,
 }
@@ -166,19 +174,24 @@ impl Transformer {
                 (Some(s), true) => (s.rope_base, s.rope_freq_scale),
                 _ => (hp.rope_base, hp.rope_freq_scale),
             };
-            let attn_norm = RmsNorm::load(&ld, &n("attn_norm.weight"), e, eps)?;
+            let pre = |s: &str| if spec.pre_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
+            let attn_norm = pre("attn_norm.weight")?;
             let mut rope = hp.rope(spec.rope_mode, base, scale, rope_freqs.clone());
             if spec.nope_layers.get(il) == Some(&true) {
                 // No rotated dimensions: rope is the identity, as llama.cpp skipping it.
                 rope.n_rot = 0;
             }
-            let mut attn = Attention::load(&ld, il, e, heads, spec.qk_norm, eps, rope)?;
+            let mut attn = Attention::load(&ld, il, e, heads, spec.qk_norm && !spec.qk_norm_whole, eps, rope)?;
+            if spec.qk_norm && spec.qk_norm_whole {
+                attn.q_norm = Some(RmsNorm::load(&ld, &n("attn_q_norm.weight"), hp.n_head * hp.head_k, eps)?);
+                attn.k_norm = Some(RmsNorm::load(&ld, &n("attn_k_norm.weight"), hp.n_head_kv * hp.head_k, eps)?);
+            }
             attn.window = if swa { spec.swa.as_ref().map(|s| s.window) } else { None };
             attn.scale = spec.attn_scale.unwrap_or(attn.scale);
             attn.scale_q = spec.scale_q;
             let post = |s: &str| if spec.post_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
             let post_attn_norm = post("post_attention_norm.weight")?;
-            let ffn_norm = RmsNorm::load(&ld, &n("ffn_norm.weight"), e, eps)?;
+            let ffn_norm = pre("ffn_norm.weight")?;
             let post_ffn_norm = post("post_ffw_norm.weight")?;
             attn.repack()?;
             ffn.repack()?;
@@ -190,6 +203,17 @@ impl Transformer {
     /// The hyperparameters.
     pub fn hparams(&self) -> &Hparams {
         &self.hp
+    }
+}
+
+/// `norm(x)` into `h`, or `x` itself where the layer has no pre-norm.
+fn norm_or_copy(norm: Option<&RmsNorm>, x: &[f32], h: &mut Vec<f32>) {
+    match norm {
+        Some(w) => w.forward(x, h),
+        None => {
+            h.clear();
+            h.extend_from_slice(x);
+        }
     }
 }
 
@@ -270,7 +294,7 @@ impl Transformer {
         let mut b = Buffers::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let Buffers { h, a, tmp, attn, ffn } = &mut b;
-            layer.attn_norm.forward(&x, h);
+            norm_or_copy(layer.attn_norm.as_ref(), &x, h);
             dump(&format!("attn_norm-{il}"), h);
             let mut seqs: Vec<SeqKv<'_>> = parts
                 .iter_mut()
@@ -291,7 +315,7 @@ impl Transformer {
             }
             ops::add_inplace(&mut x, a);
             dump(&format!("ffn_inp-{il}"), &x);
-            layer.ffn_norm.forward(&x, h);
+            norm_or_copy(layer.ffn_norm.as_ref(), &x, h);
             dump(&format!("ffn_norm-{il}"), h);
             layer.ffn.forward(&pass, il, h, &seq_rows, ffn, a)?;
             dump(&format!("ffn_out-{il}"), a);
