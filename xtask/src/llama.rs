@@ -390,9 +390,11 @@ fn half_to_f32(h: u16) -> f32 {
 /// Swallows llama.cpp's log output (set `XTASK_LLAMA_LOG=1` to keep it).
 unsafe extern "C" fn quiet_log(_level: c_int, _text: *const c_char, _user: *mut c_void) {}
 
-/// `<cache>/llama.cpp-build/bin/libllama.so`.
+/// `<cache>/llama.cpp-build/bin/libllama.so`, or `libllama.so` in the folder
+/// [`llama_cpp::BUILD_DIR_ENV`] names (a build of the same source with other flags, such as
+/// an AVX2-only one to compare the engine's AVX2 kernels against).
 pub fn libllama(cache: &Path) -> PathBuf {
-    llama_cpp::build_dir(cache).join("bin").join("libllama.so")
+    llama_cpp::loaded_build_dir(cache).join("bin").join("libllama.so")
 }
 
 /// The field names of `struct <name> { ... };` in a C header, in order.

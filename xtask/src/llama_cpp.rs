@@ -58,6 +58,22 @@ pub fn build_dir(cache: &Path) -> PathBuf {
     cache.join("llama.cpp-build")
 }
 
+/// The environment variable naming another build folder of the pinned source (its `bin/`
+/// holding `libllama.so`) for the comparisons that load llama.cpp (`verify`), e.g. a build
+/// with `-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF` to check the engine's AVX2
+/// paths (`GGUF_CPU_FEATURES=avx2`) against llama.cpp's. `cargo xtask llama-cpp` ignores it:
+/// it only builds [`build_dir`].
+pub const BUILD_DIR_ENV: &str = "XTASK_LLAMA_BUILD_DIR";
+
+/// The build folder the comparisons load llama.cpp from: [`BUILD_DIR_ENV`] when set and
+/// not empty, else [`build_dir`].
+pub fn loaded_build_dir(cache: &Path) -> PathBuf {
+    match std::env::var_os(BUILD_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => build_dir(cache),
+    }
+}
+
 /// `<cache>/llama.cpp-build/bin/libggml-base.so`.
 pub fn libggml_base(cache: &Path) -> PathBuf {
     build_dir(cache).join("bin").join("libggml-base.so")
