@@ -2,10 +2,10 @@
 //!
 //! Architectures register themselves by `general.architecture` (an
 //! `inventory::submit!` of a [`registry::Architecture`]); [`load`] opens a file and
-//! dispatches. The built-in ones (llama, qwen2, qwen3, qwen3moe, gemma3) share
-//! [`transformer::Transformer`], differing only in their [`transformer::Spec`]. Weights
-//! stay quantized in the file's mmap (each shard's, for a split model); `quant_kernels`
-//! computes on them in place.
+//! dispatches. The built-in ones (llama, qwen2, qwen3, qwen3moe, gemma3, smollm3, granite,
+//! olmo2) share [`transformer::Transformer`], differing only in their
+//! [`transformer::Spec`]. Weights stay quantized in the file's mmap (each shard's, for a
+//! split model); `quant_kernels` computes on them in place.
 //!
 //! # Extending: an architecture from another crate
 //!

@@ -1,6 +1,6 @@
-//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe and gemma3 share,
-//! assembled from the public [`crate::blocks`]: RMSNorm, GQA attention with RoPE over a KV
-//! cache, SwiGLU/GeGLU or top-k MoE FFN. Architectures differ only in the [`Spec`] they
+//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe, gemma3, smollm3,
+//! granite and olmo2 share, assembled from the public [`crate::blocks`]: RMSNorm, GQA
+//! attention with RoPE over a KV cache, SwiGLU/GeGLU or top-k MoE FFN. Architectures differ only in the [`Spec`] they
 //! build from their metadata.
 
 use std::sync::Arc;

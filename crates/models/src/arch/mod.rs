@@ -3,10 +3,13 @@
 //! which plug-in architectures of the same family use too.
 
 mod gemma3;
+mod granite;
 mod llama;
+mod olmo2;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;
+mod smollm3;
 
 use std::sync::Arc;
 

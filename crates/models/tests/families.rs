@@ -1,0 +1,241 @@
+//! Issue 15's families on tiny random-weight files written with this project's writer:
+//! each loads under its own name, what sets it apart from the llama block has the effect
+//! it should (checked against the llama block on the same weights), and bad input — a
+//! missing key or tensor, an inconsistent shape — is refused with an error naming it.
+//! The comparison with llama.cpp is `cargo xtask verify families`.
+
+use std::path::PathBuf;
+
+use gguf_format::Value;
+use gguf_models::synthetic::{write, Tiny};
+use gguf_models::{Logits, StateOptions};
+
+fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join(name);
+    (d, p)
+}
+
+/// The logits at every position of `tokens` for the file `t` (with `extra` keys).
+fn logits_of(t: &Tiny, extra: &[(&str, Value)], tokens: &[u32]) -> (String, usize, Vec<f32>) {
+    let (_d, p) = tmp("m.gguf");
+    write(t, &p, None, extra).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
+    let all = model.forward(st.as_mut(), tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    (model.arch().to_string(), model.n_vocab(), all)
+}
+
+/// The error loading `t` (without tensor `skip`, with `extra` keys) gives.
+fn load_error(t: &Tiny, skip: Option<&str>, extra: &[(&str, Value)]) -> String {
+    let (_d, p) = tmp("bad.gguf");
+    write(t, &p, skip, extra).unwrap();
+    match gguf_models::load(&p) {
+        Ok(_) => panic!("{} loaded without {skip:?} / with {extra:?}", t.arch),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn rows_differ(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-4 * x.abs().max(1.0))
+}
+
+// ---- smollm3 ----
+
+fn smollm3() -> Tiny {
+    let mut t = Tiny::new("smollm3");
+    t.n_layer = 4; // layer 3 is the NoPE one
+    t
+}
+
+#[test]
+fn smollm3_drops_rope_on_every_fourth_layer() {
+    let tokens = [3u32, 14, 15, 9, 26, 5];
+    let (arch, v, smol) = logits_of(&smollm3(), &[], &tokens);
+    assert_eq!(arch, "smollm3");
+    let mut as_llama = smollm3();
+    as_llama.arch = "llama".into();
+    let (_, _, llama) = logits_of(&as_llama, &[], &tokens);
+    // Position 0 rotates by angle 0: rope or not, the same numbers.
+    assert_eq!(smol[..v], llama[..v]);
+    // Later positions see layer 3's unrotated Q and K.
+    for i in 1..tokens.len() {
+        assert!(rows_differ(&smol[i * v..(i + 1) * v], &llama[i * v..(i + 1) * v]), "position {i}");
+    }
+    // With 3 layers there is no NoPE layer: smollm3 is the llama block.
+    let (mut a, mut b) = (smollm3(), smollm3());
+    a.n_layer = 3;
+    b.n_layer = 3;
+    b.arch = "llama".into();
+    assert_eq!(logits_of(&a, &[], &tokens).2, logits_of(&b, &[], &tokens).2);
+}
+
+#[test]
+fn smollm3_bad_input_is_named() {
+    let err = load_error(&smollm3(), Some("blk.3.attn_k.weight"), &[]);
+    assert!(err.contains("blk.3.attn_k.weight"), "{err}");
+    // A llama file relabelled smollm3: its keys are under `llama.`.
+    let err = load_error(&Tiny::new("llama"), None, &[("general.architecture", Value::from("smollm3"))]);
+    assert!(err.contains("smollm3.block_count"), "{err}");
+    // 6 heads of 16 do not match the 64-wide attn_q.
+    let err = load_error(&smollm3(), None, &[("smollm3.attention.head_count", Value::U32(6))]);
+    assert!(err.contains("blk.0.attn_q.weight"), "{err}");
+    // Partial rope is not smollm3's.
+    let err = load_error(&smollm3(), None, &[("smollm3.rope.dimension_count", Value::U32(8))]);
+    assert!(err.contains("n_rot=8"), "{err}");
+}
+
+// ---- granite ----
+
+fn granite_keys(logit: f32) -> Vec<(&'static str, Value)> {
+    vec![("granite.logit_scale", Value::F32(logit))]
+}
+
+#[test]
+fn granite_multipliers_act_where_llama_cpp_applies_them() {
+    let tokens = [7u32, 1, 30, 22, 4];
+    let granite = Tiny::new("granite");
+    let mut as_llama = Tiny::new("granite");
+    as_llama.arch = "llama".into();
+    let (_, v, llama) = logits_of(&as_llama, &[], &tokens);
+    // Neutral multipliers (the attention scale is 1/√16 = 0.25 exactly): the llama block.
+    let mut neutral = granite_keys(1.0);
+    neutral.push(("granite.attention.scale", Value::F32(0.25)));
+    let (arch, _, g) = logits_of(&granite, &neutral, &tokens);
+    assert_eq!(arch, "granite");
+    assert_eq!(g, llama);
+    // logit_scale 8: every logit divided by 8 (a power of two: exact).
+    let (_, _, g) = logits_of(&granite, &granite_keys(8.0), &tokens);
+    assert_eq!(g, llama.iter().map(|x| x * 0.125).collect::<Vec<_>>());
+    // Each of the other multipliers changes the result.
+    for (key, value) in [
+        ("granite.residual_scale", Value::F32(0.22)),
+        ("granite.embedding_scale", Value::F32(12.0)),
+        ("granite.attention.scale", Value::F32(0.015625)),
+    ] {
+        let mut keys = granite_keys(1.0);
+        keys.push((key, value));
+        let (_, _, g) = logits_of(&granite, &keys, &tokens);
+        assert!(rows_differ(&g, &llama), "{key} had no effect");
+    }
+    // rope.scaling.finetuned = false: no rope anywhere (position 0 alike, later not).
+    let mut keys = granite_keys(1.0);
+    keys.push(("granite.rope.scaling.finetuned", Value::Bool(false)));
+    let (_, _, g) = logits_of(&granite, &keys, &tokens);
+    assert_eq!(g[..v], llama[..v]);
+    assert!(rows_differ(&g[v..], &llama[v..]));
+}
+
+#[test]
+fn granite_bad_input_is_named() {
+    let t = Tiny::new("granite");
+    let err = load_error(&t, None, &[]);
+    assert!(err.contains("granite.logit_scale"), "{err}");
+    let err = load_error(&t, None, &granite_keys(0.0));
+    assert!(err.contains("granite.logit_scale"), "{err}");
+    let err = load_error(&t, Some("blk.1.ffn_up.weight"), &granite_keys(8.0));
+    assert!(err.contains("blk.1.ffn_up.weight"), "{err}");
+    let mut keys = granite_keys(8.0);
+    keys.push(("granite.rope.scaling.finetuned", Value::U32(1)));
+    let err = load_error(&t, None, &keys);
+    assert!(err.contains("granite.rope.scaling.finetuned"), "{err}");
+    let mut keys = granite_keys(8.0);
+    keys.push(("granite.feed_forward_length", Value::U32(80)));
+    let err = load_error(&t, None, &keys);
+    assert!(err.contains("blk.0.ffn_gate.weight"), "{err}");
+}
+
+// ---- olmo2 ----
+
+/// A 2-layer olmo2 file (64 wide, 4 heads / 2 KV heads of 16): no pre-norms, whole-width
+/// QK-norm, post-norms, untied output; `skip` leaves a tensor out, `q_norm` sets
+/// `attn_q_norm`'s width.
+fn olmo2_file(path: &std::path::Path, skip: Option<&str>, q_norm: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", "olmo2");
+    for (k, v) in [
+        ("block_count", 2),
+        ("embedding_length", e),
+        ("feed_forward_length", ff),
+        ("attention.head_count", nh),
+        ("attention.head_count_kv", nkv),
+        ("context_length", 256),
+    ] {
+        w.add_kv(&format!("olmo2.{k}"), v as u32);
+    }
+    w.add_kv("olmo2.attention.layer_norm_rms_epsilon", 1e-6f32);
+    let mut t = |name: &str, dims: &[u64], mean: f32| {
+        if skip == Some(name) {
+            return;
+        }
+        let n: u64 = dims.iter().product();
+        let v: Vec<u8> = (0..n).flat_map(|_| (mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.3).to_le_bytes()).collect();
+        w.add_tensor_owned(name, dims, 0, v).unwrap();
+    };
+    t("token_embd.weight", &[e, nv], 0.0);
+    for il in 0..2 {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        t(&p("attn_q.weight"), &[e, nh * hd], 0.0);
+        t(&p("attn_k.weight"), &[e, nkv * hd], 0.0);
+        t(&p("attn_v.weight"), &[e, nkv * hd], 0.0);
+        t(&p("attn_output.weight"), &[nh * hd, e], 0.0);
+        t(&p("attn_q_norm.weight"), &[q_norm], 1.0);
+        t(&p("attn_k_norm.weight"), &[nkv * hd], 1.0);
+        t(&p("post_attention_norm.weight"), &[e], 1.0);
+        t(&p("ffn_gate.weight"), &[e, ff], 0.0);
+        t(&p("ffn_up.weight"), &[e, ff], 0.0);
+        t(&p("ffn_down.weight"), &[ff, e], 0.0);
+        t(&p("post_ffw_norm.weight"), &[e], 1.0);
+    }
+    t("output_norm.weight", &[e], 1.0);
+    t("output.weight", &[e, nv], 0.0);
+    w.write_to_path(path).unwrap();
+}
+
+#[test]
+fn olmo2_runs_without_pre_norms_and_decodes_incrementally() {
+    let (_d, p) = tmp("olmo2.gguf");
+    olmo2_file(&p, None, 64);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    assert_eq!(model.arch(), "olmo2");
+    let v = model.n_vocab();
+    let tokens = [5u32, 17, 2, 40, 11, 9];
+    let opts = StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() };
+    let mut st = model.new_state(&opts).unwrap();
+    let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+    let mut st1 = model.new_state(&opts).unwrap();
+    for (i, &t) in tokens.iter().enumerate() {
+        let one = model.forward(st1.as_mut(), &[t], Logits::Last).unwrap();
+        let row = &all[i * v..(i + 1) * v];
+        let scale = row.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 2e-3 * scale, "position {i}: {diff} of {scale}");
+    }
+}
+
+#[test]
+fn olmo2_bad_input_is_named() {
+    let (_d, p) = tmp("olmo2.gguf");
+    // A per-head QK-norm (qwen3's shape) is not olmo2's.
+    olmo2_file(&p, None, 16);
+    let err = gguf_models::load(&p).err().expect("per-head attn_q_norm must not load").to_string();
+    assert!(err.contains("blk.0.attn_q_norm.weight"), "{err}");
+    for name in ["output.weight", "blk.1.post_ffw_norm.weight", "blk.0.attn_k_norm.weight"] {
+        olmo2_file(&p, Some(name), 64);
+        let err = gguf_models::load(&p).err().expect("a missing tensor must not load").to_string();
+        assert!(err.contains(name), "{name}: {err}");
+    }
+}
+
+#[test]
+fn every_family_is_registered_once() {
+    let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
+    for n in ["smollm3", "granite", "olmo2"] {
+        assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
+    }
+    assert!(gguf_models::registry_problems().problems.is_empty());
+}
