@@ -323,6 +323,11 @@ pub enum Feature {
     RopeDimKey,
     /// An untied `output.weight` (otherwise the output reuses `token_embd`).
     Output,
+    /// No `attn_norm` / `ffn_norm` (olmo2: post-norms only).
+    NoPreNorms,
+    /// With [`Feature::QkNorm`]: the norms span all heads (`n_head × head` and
+    /// `n_head_kv × head` wide, olmo2), not one head.
+    QkNormWhole,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -487,6 +492,77 @@ pub const FAMILIES: &[Family] = &[
             ("rope.freq_base_swa", Kv::F32(10000.0)),
         ],
     },
+    Family {
+        name: "smollm3",
+        arch: "smollm3",
+        layout: "SmolLM3-3B (2048 wide, 16 heads / 4 KV heads of 128, FFN 11008, rope base 5e6, tied output; \
+                 no rope on layer 3 of 4), Llama 3 BPE vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("llama-bpe"),
+        n_layer: 4,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 4,
+        head_dim: 128,
+        n_ff: 11008,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 5_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 65536,
+        features: &[Feature::RopeDimKey],
+        kv: &[],
+    },
+    Family {
+        name: "granite",
+        arch: "granite",
+        layout: "granite-3.3-2b (2048 wide, 32 heads / 8 KV heads of 64, FFN 8192, rope base 1e7, tied output; \
+                 multipliers: embedding 12, residual 0.22, attention 1/64, logits 1/8), refact (StarCoder BPE) vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("refact"),
+        n_layer: 3,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 8192,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10_000_000.0,
+        rms_eps: 1e-5,
+        ctx: 131072,
+        features: &[Feature::RopeDimKey],
+        kv: &[
+            ("embedding_scale", Kv::F32(12.0)),
+            ("residual_scale", Kv::F32(0.22)),
+            ("attention.scale", Kv::F32(0.015625)),
+            ("logit_scale", Kv::F32(8.0)),
+        ],
+    },
+    Family {
+        name: "olmo2",
+        arch: "olmo2",
+        layout: "OLMo-2-0425-1B (2048 wide, 16 heads / 16 KV heads of 128, FFN 8192, rope base 5e5, post-norms only, \
+                 whole-width QK-norm, untied output), GPT-NeoX BPE vocab (OLMo 1's; no dolma2 fixture here)",
+        moe: false,
+        vocab: VocabSource::Fixture("gpt-neox"),
+        n_layer: 3,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 16,
+        head_dim: 128,
+        n_ff: 8192,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 500_000.0,
+        rms_eps: 1e-6,
+        ctx: 4096,
+        features: &[Feature::NoPreNorms, Feature::QkNorm, Feature::QkNormWhole, Feature::PostNorms, Feature::Output],
+        kv: &[],
+    },
 ];
 
 /// The family named `name`.
@@ -608,7 +684,9 @@ fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<
     b.tensor("token_embd.weight", &[e, n_vocab], "q8_0", 0.0, s_emb)?;
     for il in 0..fam.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
-        b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        if !fam.has(Feature::NoPreNorms) {
+            b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        }
         b.tensor(&p("attn_q.weight"), &[e, q_dim], types.next(e), 0.0, s(e))?;
         b.tensor(&p("attn_k.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
         b.tensor(&p("attn_v.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
@@ -619,13 +697,16 @@ fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<
         }
         b.tensor(&p("attn_output.weight"), &[q_dim, e], types.next(q_dim), 0.0, s(q_dim))?;
         if fam.has(Feature::QkNorm) {
-            b.tensor(&p("attn_q_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
-            b.tensor(&p("attn_k_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+            let (qn, kn) = if fam.has(Feature::QkNormWhole) { (q_dim, kv_dim) } else { (fam.head_dim, fam.head_dim) };
+            b.tensor(&p("attn_q_norm.weight"), &[qn], "f32", 1.0, 0.1)?;
+            b.tensor(&p("attn_k_norm.weight"), &[kn], "f32", 1.0, 0.1)?;
         }
         if fam.has(Feature::PostNorms) {
             b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
-        b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        if !fam.has(Feature::NoPreNorms) {
+            b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        }
         if fam.n_expert > 0 {
             let (n, f) = (fam.n_expert, fam.n_ff_exp);
             b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;

@@ -26,8 +26,8 @@
 //! ubatch, and greedy (whose prompt libllama decodes in one batch) is compared only where
 //! libllama is batch-invariant, ≥ 64.
 //!
-//! `--quick` runs three prompts (the long one among them) and does not hold the position
-//! count of the prompt logits. The `gguf` binary is `--gguf BIN`, else
+//! `--quick` runs three prompts (the long one among them) and three perplexity chunks, and
+//! does not hold the position counts. `XTASK_FAMILIES_KV=f16` (or `q8_0`) runs one cache type. The `gguf` binary is `--gguf BIN`, else
 //! `$CARGO_TARGET_DIR/release/gguf` when it exists, else `target/release/gguf`.
 
 use std::fmt::Write as _;
@@ -56,6 +56,11 @@ pub const ONE_BATCH: usize = 512;
 pub const PPL_CTX: usize = 128;
 /// Chunks of the perplexity comparison (each scores its last `PPL_CTX / 2 - 1` tokens).
 pub const PPL_CHUNKS: usize = 9;
+/// Chunks with `--quick`.
+pub const PPL_CHUNKS_QUICK: usize = 3;
+/// Limit of one llama-perplexity or gguf perplexity run (-ub 1 over 1152 tokens of a
+/// 3B-wide file takes minutes on two loaded cores).
+const PPL_TIMEOUT: Duration = Duration::from_secs(1800);
 /// KV cache types: name for `-ctk`/`-ctv`, ggml type id for libllama.
 pub const KV_TYPES: &[(&str, i32)] = &[("f16", 1), ("q8_0", 8)];
 /// Context on both sides (the long prompt + 32 tokens fits).
@@ -214,6 +219,7 @@ fn figure(out: &str, label: &str) -> Result<f64> {
 
 /// llama-perplexity (libllama) writes its base logits at `-ub batch`, `gguf perplexity
 /// --kl-divergence` reads them at the same batching: (mean KL, max KL, same top-1 share).
+#[allow(clippy::too_many_arguments)]
 fn perplexity_kl(
     cache: &Path,
     gguf: &Path,
@@ -222,23 +228,24 @@ fn perplexity_kl(
     threads: usize,
     batch: usize,
     kv: &str,
+    chunks: usize,
 ) -> Result<(f64, f64, f64)> {
     let bin = llama_cpp::build_dir(cache).join("bin");
     let base = std::env::temp_dir().join(format!("xtask-families-{}.kld", std::process::id()));
     let common = |cmd: &mut Command| {
-        cmd.args(["-c", &PPL_CTX.to_string(), "--chunks", &PPL_CHUNKS.to_string()]);
+        cmd.args(["-c", &PPL_CTX.to_string(), "--chunks", &chunks.to_string()]);
         cmd.args(cell_args(threads, PPL_CTX, batch, kv));
         cmd.arg("--kl-divergence-base").arg(&base);
     };
     let mut l = Command::new(bin.join("llama-perplexity"));
     l.env("LD_LIBRARY_PATH", &bin).arg("-m").arg(model).arg("-f").arg(text);
     common(&mut l);
-    let (ok, _, stderr) = run_captured(&mut l, Duration::from_secs(600))?;
+    let (ok, _, stderr) = run_captured(&mut l, PPL_TIMEOUT)?;
     ensure!(ok, "llama-perplexity failed: {}", tail(&stderr));
     let mut g = Command::new(gguf);
     g.arg("perplexity").arg("-m").arg(model).arg("--kl-divergence");
     common(&mut g);
-    let (ok, stdout, stderr) = run_captured(&mut g, Duration::from_secs(600))?;
+    let (ok, stdout, stderr) = run_captured(&mut g, PPL_TIMEOUT)?;
     let _ = fs::remove_file(&base);
     ensure!(ok, "gguf perplexity --kl-divergence failed: {}", tail(&stderr));
     let out = format!("{}\n{stderr}", String::from_utf8_lossy(&stdout));
@@ -285,7 +292,8 @@ pub fn run(cache: &Path, opts: &FamOpts, report: &mut Report) -> Result<()> {
             }
         };
         eprintln!("== {} ({}): {}", fam.name, path.display(), fam.layout);
-        match run_family(cache, &ll, fam, &path, &prompts, &text, threads, &gguf) {
+        let chunks = if opts.quick { PPL_CHUNKS_QUICK } else { PPL_CHUNKS };
+        match run_family(cache, &ll, fam, &path, &prompts, &text, threads, &gguf, chunks) {
             Ok(r) => summarize(fam, &path, &r, opts.quick, report),
             Err(e) => {
                 report.push(Check::error(GROUP_GREEDY, fam.name, &e));
@@ -308,11 +316,19 @@ fn run_family(
     text: &Path,
     threads: usize,
     gguf: &Path,
+    chunks: usize,
 ) -> Result<FamilyResult> {
     let model = ll.model(path)?;
     let n_vocab = model.n_vocab();
     let mut r = FamilyResult::default();
+    let only = std::env::var("XTASK_FAMILIES_KV").ok().filter(|s| !s.is_empty());
     for &(kv, kv_id) in KV_TYPES {
+        if only.as_deref().is_some_and(|o| o != kv) {
+            r.greedy.push(Vec::new());
+            r.prompt_kl.push(Kl::default());
+            r.text_kl.push(Vec::new());
+            continue;
+        }
         let mut greedy = vec![Greedy::default(); GREEDY_BATCHES.len()];
         let mut pkl = Kl::default();
         let mut ctx =
@@ -383,9 +399,9 @@ fn run_family(
         for &batch in BATCHES {
             let t0 = Instant::now();
             let mut k = Kl::default();
-            match perplexity_kl(cache, gguf, path, text, threads, batch, kv) {
+            match perplexity_kl(cache, gguf, path, text, threads, batch, kv, chunks) {
                 Ok((mean, max, same)) => {
-                    k.positions = PPL_CHUNKS * (PPL_CTX - PPL_CTX / 2 - 1);
+                    k.positions = chunks * (PPL_CTX - PPL_CTX / 2 - 1);
                     k.kl_sum = mean * k.positions as f64;
                     k.kl_max = max;
                     k.agree = (same * k.positions as f64).round() as usize;
@@ -442,6 +458,9 @@ fn summarize(fam: &Family, path: &Path, r: &FamilyResult, quick: bool, report: &
     let _ = writeln!(table, "| KV | comparison | batch | greedy same | positions | mean KL | max KL | top-1 |");
     let _ = writeln!(table, "|---|---|---:|---:|---:|---:|---:|---:|");
     for (ik, &(kv, _)) in KV_TYPES.iter().enumerate() {
+        if r.greedy[ik].is_empty() {
+            continue; // XTASK_FAMILIES_KV left it out
+        }
         for (ib, &batch) in GREEDY_BATCHES.iter().enumerate() {
             let g = &r.greedy[ik][ib];
             let _ = writeln!(table, "| {kv} | greedy (prompts) | {batch} | {}/{} | | | | |", g.same, g.prompts);
