@@ -22,10 +22,11 @@ use crate::llama_cpp;
 /// `llama_token`.
 pub type Token = i32;
 
-/// `struct llama_model_params` (`include/llama.h`).
+/// `struct llama_model_params` (`include/llama.h`), also passed by the tokenizer oracle
+/// ([`crate::llama_vocab`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct ModelParams {
+pub(crate) struct ModelParams {
     devices: *mut c_void,
     tensor_buft_overrides: *const c_void,
     n_gpu_layers: i32,
@@ -37,7 +38,7 @@ struct ModelParams {
     progress_callback: *const c_void,
     progress_callback_user_data: *mut c_void,
     kv_overrides: *const c_void,
-    vocab_only: bool,
+    pub(crate) vocab_only: bool,
     check_tensors: bool,
     use_extra_bufts: bool,
     no_host: bool,
@@ -427,6 +428,21 @@ fn check_ggml_tensor_header(src: &Path) -> Result<()> {
         "{}: struct ggml_tensor starts with {:?}, the dump code expects type, buffer, ne, nb",
         path.display(),
         &fields[..fields.len().min(4)]
+    );
+    Ok(())
+}
+
+/// Checks [`ModelParams`] against `include/llama.h` of the source tree `src`.
+pub(crate) fn check_model_params_layout(src: &Path) -> Result<()> {
+    let path = src.join("include").join("llama.h");
+    let header = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let open = "struct llama_model_params {";
+    let theirs =
+        header_struct_fields(&header, open).with_context(|| format!("{} declares no `{open}`", path.display()))?;
+    ensure!(
+        theirs.iter().map(String::as_str).eq(MODEL_PARAMS_FIELDS.iter().copied()),
+        "{}: `{open}` has fields {theirs:?}, xtask's FFI declares {MODEL_PARAMS_FIELDS:?}: update xtask/src/llama.rs",
+        path.display()
     );
     Ok(())
 }

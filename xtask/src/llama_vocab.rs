@@ -3,57 +3,16 @@
 //! `llama_detokenize` / `llama_chat_apply_template` wrapped in safe methods that size
 //! their buffers from the functions' own "needed" answers.
 //!
-//! `struct llama_model_params` is passed by value, so its layout is mirrored here and
-//! checked against `include/llama.h` of the same source tree on load.
+//! `struct llama_model_params` is passed by value: its mirror is [`crate::llama`]'s, checked
+//! against `include/llama.h` of the same source tree on load.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
+
+use crate::llama::ModelParams;
 use libloading::Library;
-
-/// `struct llama_model_params` (`include/llama.h`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ModelParams {
-    devices: *mut c_void,
-    tensor_buft_overrides: *const c_void,
-    n_gpu_layers: i32,
-    split_mode: c_int,
-    load_mode: c_int,
-    lazy_mode: c_int,
-    main_gpu: i32,
-    tensor_split: *const f32,
-    progress_callback: *const c_void,
-    progress_callback_user_data: *mut c_void,
-    kv_overrides: *const c_void,
-    vocab_only: bool,
-    check_tensors: bool,
-    use_extra_bufts: bool,
-    no_host: bool,
-    no_alloc: bool,
-    load_mtp: bool,
-}
-
-const PARAM_FIELDS: &[&str] = &[
-    "devices",
-    "tensor_buft_overrides",
-    "n_gpu_layers",
-    "split_mode",
-    "load_mode",
-    "lazy_mode",
-    "main_gpu",
-    "tensor_split",
-    "progress_callback",
-    "progress_callback_user_data",
-    "kv_overrides",
-    "vocab_only",
-    "check_tensors",
-    "use_extra_bufts",
-    "no_host",
-    "no_alloc",
-    "load_mtp",
-];
 
 #[repr(C)]
 struct ChatMessage {
@@ -93,26 +52,10 @@ pub struct LlamaVocab<'a> {
     n_vocab: i32,
 }
 
-fn check_params_layout(src: &Path) -> Result<()> {
-    let h = std::fs::read_to_string(src.join("include/llama.h")).context("reading llama.h")?;
-    let start = h.find("struct llama_model_params {").context("llama_model_params not in llama.h")?;
-    let body = &h[start..start + h[start..].find("};").context("unterminated struct")?];
-    let mut names = Vec::new();
-    for line in body.lines().skip(1) {
-        let code = line.split("//").next().unwrap_or("").trim();
-        if let Some(decl) = code.strip_suffix(';') {
-            let name = decl.rsplit([' ', '*']).next().unwrap_or("").trim();
-            names.push(name.to_string());
-        }
-    }
-    ensure!(names == PARAM_FIELDS, "llama_model_params layout changed: {names:?}");
-    Ok(())
-}
-
 impl LlamaLib {
     /// Loads `libllama.so` from the llama.cpp build and checks the params layout.
     pub fn load(build_bin: &Path, src: &Path) -> Result<LlamaLib> {
-        check_params_layout(src)?;
+        crate::llama::check_model_params_layout(src)?;
         let path = build_bin.join("libllama.so");
         // SAFETY: loading the library built by `cargo xtask llama-cpp`; its initializers
         // are llama.cpp's own.

@@ -98,7 +98,10 @@ fn a_duplicate_builtin_pretokenizer_is_reported() {
     let p = &r.problems[0];
     assert!(p.contains("pre-tokenizer `gpt-2` is registered 2 times at priority 0"), "{p}");
     assert!(p.contains("plugin_pretok::a_duplicate") && p.contains("gguf_tokenizer::pretok"), "{p}");
-    assert_eq!(pretok::lookup("gpt-2").unwrap().origin, "plugin_pretok::a_duplicate");
+    // Same priority: the provider name that sorts first wins (`gguf_tokenizer::pretok` <
+    // `plugin_pretok::…`); a plug-in that means to replace a built-in gives itself a higher
+    // priority.
+    assert_eq!(pretok::lookup("gpt-2").unwrap().origin, "gguf_tokenizer::pretok");
 }
 
 #[test]
