@@ -230,7 +230,8 @@ fn perplexity_kl(
     kv: &str,
     chunks: usize,
 ) -> Result<(f64, f64, f64)> {
-    let bin = llama_cpp::build_dir(cache).join("bin");
+    // The build libllama came from (XTASK_LLAMA_BUILD_DIR), so both references agree.
+    let bin = llama_cpp::loaded_build_dir(cache).join("bin");
     let base = std::env::temp_dir().join(format!("xtask-families-{}.kld", std::process::id()));
     let common = |cmd: &mut Command| {
         cmd.args(["-c", &PPL_CTX.to_string(), "--chunks", &chunks.to_string()]);
