@@ -167,6 +167,20 @@ impl CacheMatrix {
         }
     }
 
+    /// The Q8_0 blocks of row `pos` covering elements `off..off + len` (both multiples of
+    /// 32), when the cache holds Q8_0 and the row was written.
+    #[inline]
+    pub fn q8_0_blocks(&self, pos: usize, off: usize, len: usize) -> Option<&[u8]> {
+        match &self.rows {
+            CacheRows::Q8_0(v) => {
+                let rb = self.width / Q8_BLOCK * Q8_BYTES;
+                let base = pos * rb + off / Q8_BLOCK * Q8_BYTES;
+                v.get(base..base + len / Q8_BLOCK * Q8_BYTES)
+            }
+            _ => None,
+        }
+    }
+
     /// Stores row `pos`.
     pub fn write(&mut self, pos: usize, x: &[f32]) {
         let w = self.width;
@@ -185,8 +199,16 @@ impl CacheMatrix {
                 let rb = w / Q8_BLOCK * Q8_BYTES;
                 grow(v, (pos + 1) * rb, 0);
                 let dst = &mut v[pos * rb..(pos + 1) * rb];
-                let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is a built-in type");
-                q8.quantize_ref(x, dst).expect("row width is a multiple of 32");
+                // ggml's SET_ROWS converts with the CPU backend's `from_float`
+                // (`quantize_row_q8_0`, which rounds ties to even on x86), not the reference
+                // quantizer.
+                match quant_kernels::registry::act_quantizer_for(8) {
+                    Some(q) => (q.quantize)(&x[..w], dst),
+                    None => {
+                        let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is a built-in type");
+                        q8.quantize_ref(x, dst).expect("row width is a multiple of 32");
+                    }
+                }
             }
         }
     }
@@ -316,6 +338,21 @@ impl CacheMatrix {
             }
         }
     }
+}
+
+/// Refuses a quantized cache type whose block does not divide the head width, as
+/// `llama_init_from_model` does: flash attention takes one head's row of K (or V) as whole
+/// blocks.
+pub fn check_head_widths(tk: CacheType, tv: CacheType, head_k: usize, head_v: usize) -> Result<()> {
+    for (what, t, w) in [("K", tk, head_k), ("V", tv, head_v)] {
+        if t == CacheType::Q8_0 && !w.is_multiple_of(Q8_BLOCK) {
+            let dim = if what == "K" { "n_embd_head_k" } else { "n_embd_head_v" };
+            return Err(Error::Unsupported(format!(
+                "{what} cache type q8_0 with block size {Q8_BLOCK} does not divide {dim}={w}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// K and V for every layer.

@@ -26,6 +26,9 @@ fn a_shifted_chunk_attends_as_if_computed_at_its_new_positions() {
         for ct in [CacheType::F32, CacheType::F16, CacheType::Q8_0] {
             let mut t = Tiny::new(arch);
             t.n_layer = 1;
+            if ct == CacheType::Q8_0 {
+                t.head = 32; // a q8_0 cache needs whole blocks per head, as llama.cpp
+            }
             let (_d, p) = tmp("m.gguf");
             write(&t, &p, None, &[]).unwrap();
             let (_f, model) = gguf_models::load(&p).unwrap();
@@ -80,4 +83,18 @@ fn bad_shift_chunks_are_errors() {
     assert_eq!(st.n_past(), 6, "a refused shift leaves the state alone");
     model.shift_cache(st.as_mut(), 1, &[(3, 1), (5, 1)]).unwrap();
     assert_eq!(st.n_past(), 3);
+}
+
+#[test]
+fn a_q8_0_cache_needs_whole_blocks_per_head() {
+    let (_d, p) = tmp("m.gguf");
+    write(&Tiny::new("llama"), &p, None, &[]).unwrap(); // heads of 16
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let opts = |k, v| StateOptions { n_ctx: 16, n_threads: 1, cache_type_k: k, cache_type_v: v, ..Default::default() };
+    let err = |k, v| model.new_state(&opts(k, v)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err(CacheType::Q8_0, CacheType::F16)
+        .contains("K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"));
+    assert!(err(CacheType::F16, CacheType::Q8_0)
+        .contains("V cache type q8_0 with block size 32 does not divide n_embd_head_v=16"));
+    assert!(model.new_state(&opts(CacheType::F16, CacheType::F32)).is_ok());
 }

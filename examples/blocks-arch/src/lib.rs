@@ -131,6 +131,7 @@ impl Model for ParallelLlama {
     fn new_state(&self, opts: &StateOptions) -> Result<Box<dyn State>> {
         let hp = &self.hp;
         let n_ctx = if opts.n_ctx == 0 { hp.n_ctx_train } else { opts.n_ctx };
+        gguf_models::kv_cache::check_head_widths(opts.cache_type_k, opts.cache_type_v, hp.head_k, hp.head_v)?;
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
         let pool = opts.pool.clone().unwrap_or_else(|| Arc::new(Pool::new(opts.n_threads.max(1))));

@@ -15,6 +15,9 @@ use crate::loader::Loader;
 use crate::rope::Rope;
 use crate::Result;
 
+/// ggml's id of Q8_0.
+const Q8_0: u32 = 8;
+
 /// Head counts and widths of one attention layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heads {
@@ -200,8 +203,9 @@ impl Attention {
 /// into `o` (`n_head × head_v` per row), as llama.cpp's CPU flash attention (its default)
 /// computes it: batches of 64 or more query rows of a sequence use f32 tiles; smaller ones
 /// (decode) round q to f16 and accumulate V in f16 with an online softmax, splitting a
-/// single query over the threads once the (256-padded) KV length reaches 512; a non-f16
-/// cache goes through an exact two-pass f32 softmax. A sequence of 64 or more rows gets a
+/// single query over the threads once the (256-padded) KV length reaches 512; other caches
+/// (Q8_0 K or V) take ggml's one-chunk path (q quantized to the K type's dot type, the K
+/// type's `vec_dot`, V in f32 after `to_float`). A sequence of 64 or more rows gets a
 /// pool job of its own, all the others share one job, one task per (row, head) — each
 /// task's arithmetic is what the sequence would get alone.
 pub fn attend(
@@ -273,7 +277,7 @@ pub fn attend(
                 let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
                 attend_f16(&view, src, chunk, sc, &mut out);
             } else {
-                attend_f32(&view, src, sc, &mut out);
+                attend_one_chunk(&view, src, sc, &mut out);
             }
         })
     });
@@ -282,9 +286,8 @@ pub fn attend(
 /// Per-thread attention scratch.
 #[derive(Default)]
 struct Scratch {
-    scores: Vec<f32>,
     tmp: Vec<f32>,
-    qh: Vec<f32>,
+    q8: Vec<u8>,
     q16: Vec<f16>,
     acc16: Vec<f16>,
     acc: Vec<f32>,
@@ -303,36 +306,85 @@ struct HeadView<'a> {
     pos: usize,
 }
 
-/// Softmax attention of one query head in f32 (two passes: exact max, then weights).
-fn attend_f32(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
+/// One query head over every cell of its window in one chunk, as ggml's
+/// `flash_attn_ext_f16_one_chunk` computes it for caches its tiled and split paths do not
+/// take (any K or V that is not F16/F32 of one type — Q8_0): q converted to the K type's
+/// dot type (Q8_0 → ggml-cpu's `quantize_row_q8_0`, F16 → f16, F32 as is), each score the
+/// K type's own `vec_dot`, an online softmax, V accumulated in f16 (F16 V) or in f32 after
+/// `to_float` (others) with fused multiply-adds, then divided by the sum.
+fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
     let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let layout = ops::native_dot_layout();
+    let (k_off, v_off) = (kvh * hk, kvh * hv);
     sc.tmp.resize(hk.max(hv), 0.0);
-    sc.qh.clear();
-    sc.qh.extend_from_slice(q);
-    if kc.cache_type() == CacheType::Q8_0 {
-        // ggml quantizes q to the K cache's dot type
-        let q8 = ggml_quants::by_name("q8_0").expect("q8_0 is built in");
-        let mut b = vec![0u8; hk / 32 * 34];
-        if q8.quantize_ref(q, &mut b).is_ok() {
-            let _ = q8.dequantize(&b, &mut sc.qh);
+    let q8 = match kc.cache_type() {
+        CacheType::Q8_0 => {
+            let Some(act) = quant_kernels::registry::act_quantizer_for(Q8_0) else { return out.fill(f32::NAN) };
+            sc.q8.resize(hk / 32 * 34, 0);
+            (act.quantize)(q, &mut sc.q8);
+            let Some(kern) = quant_kernels::registry::kernel_for(Q8_0) else { return out.fill(f32::NAN) };
+            Some(kern.vec_dot)
+        }
+        CacheType::F16 => {
+            sc.q16.clear();
+            sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
+            None
+        }
+        CacheType::F32 => None,
+    };
+    let v_f16 = vc.cache_type() == CacheType::F16;
+    sc.acc16.clear();
+    sc.acc16.resize(hv, f16::ZERO);
+    sc.acc.clear();
+    sc.acc.resize(hv, 0.0);
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    for j in lo..=pos {
+        let x = match (kc.cache_type(), q8) {
+            (CacheType::Q8_0, Some(dot)) => match kc.q8_0_blocks(j, k_off, hk) {
+                Some(kr) => dot(hk, kr, &sc.q8),
+                None => return out.fill(f32::NAN),
+            },
+            (CacheType::F16, _) => match kc.f16_slice(j, k_off, hk) {
+                Some(kr) => ops::dot_f16_ggml(kr, &sc.q16, layout),
+                None => return out.fill(f32::NAN),
+            },
+            _ => kc.dot(j, k_off, q, &mut sc.tmp),
+        } * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if x > m {
+            let old = m;
+            m = x;
+            ms = (old - m).exp();
+            if v_f16 {
+                ops::scale_f16(&mut sc.acc16, ms);
+            } else {
+                ops::scale_inplace(&mut sc.acc, ms);
+            }
+        } else {
+            vs = (x - m).exp();
+        }
+        if v_f16 {
+            match vc.f16_slice(j, v_off, hv) {
+                Some(vr) => ops::mad_f16(&mut sc.acc16, vs, vr),
+                None => return out.fill(f32::NAN),
+            }
+        } else {
+            // ggml_vec_mad_f32: every lane a fused multiply-add
+            vc.read(j, v_off, &mut sc.tmp[..hv]);
+            for (a, v) in sc.acc.iter_mut().zip(&sc.tmp[..hv]) {
+                *a = v.mul_add(vs, *a);
+            }
+        }
+        s = s.mul_add(ms, vs); // contracted as in ggml-cpu
+    }
+    if v_f16 {
+        for (d, v) in sc.acc.iter_mut().zip(&sc.acc16) {
+            *d = v.to_f32();
         }
     }
-    sc.scores.clear();
-    let mut max = f32::NEG_INFINITY;
-    for j in lo..=pos {
-        let s = kc.dot(j, kvh * hk, &sc.qh, &mut sc.tmp) * scale;
-        max = max.max(s);
-        sc.scores.push(s);
-    }
-    let mut sum = 0.0f32;
-    for s in sc.scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    out.fill(0.0);
-    let inv = 1.0 / sum;
-    for (j, s) in (lo..=pos).zip(sc.scores.iter()) {
-        vc.axpy(j, kvh * hv, s * inv, out, &mut sc.tmp);
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for (o, v) in out.iter_mut().zip(&sc.acc) {
+        *o = v * inv;
     }
 }
 
