@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use gguf_format::{Array, GgufWriter, Value};
-use gguf_models::{Logits, Observer};
+use gguf_models::{Logits, Observer, Segment};
 
 use crate::engine::{self, ModelArgs};
 
@@ -61,26 +61,10 @@ struct Stats {
     counts: Vec<i64>,
 }
 
-/// One expert product held back until its ubatch is complete (see [`Collector::flush`]).
-struct Pending {
-    name: String,
-    expert: usize,
-    n_expert: usize,
-    seq: usize,
-    slots: Vec<usize>,
-    x: Vec<f32>,
-}
-
 struct Collector {
     stats: Mutex<BTreeMap<String, Stats>>,
     process_output: bool,
     error: Mutex<Option<String>>,
-    /// The sequence being evaluated within the current llama.cpp ubatch, and whether
-    /// expert rows are held back until the ubatch is complete.
-    seq: std::sync::atomic::AtomicUsize,
-    pending: Mutex<Vec<Pending>>,
-    /// Rows of the current llama.cpp ubatch (the < 16-row rule applies to it).
-    ubatch_rows: std::sync::atomic::AtomicUsize,
 }
 
 impl Collector {
@@ -94,8 +78,7 @@ impl Collector {
 
 impl Observer for Collector {
     fn matmul(&self, name: &str, x: &[f32], n: usize) {
-        let batch = self.ubatch_rows.load(Ordering::Relaxed).max(n);
-        if batch < 16 || !self.wanted(name) || n == 0 {
+        if n < 16 || !self.wanted(name) {
             return;
         }
         let cols = x.len() / n;
@@ -126,67 +109,38 @@ impl Observer for Collector {
         }
     }
 
+    /// One `MUL_MAT_ID` of a ubatch: its rows arrive in the order `collect_imatrix`
+    /// reads them (slot by slot, tokens in ubatch order within a slot).
     fn expert_matmul(&self, name: &str, expert: usize, n_expert: usize, x: &[f32], slots: &[usize]) {
-        let seq = self.seq.load(Ordering::Relaxed);
-        self.pending.lock().unwrap().push(Pending {
-            name: name.to_string(),
-            expert,
-            n_expert,
-            seq,
-            slots: slots.to_vec(),
-            x: x.to_vec(),
-        });
-    }
-}
-
-impl Collector {
-    /// Adds the held-back expert rows of one llama.cpp ubatch in `MUL_MAT_ID`'s order:
-    /// slot by slot, and within a slot the ubatch's tokens in order (sequence, then position).
-    fn flush(&self) {
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap());
-        let mut groups: BTreeMap<(String, usize), Vec<&Pending>> = BTreeMap::new();
-        for p in &pending {
-            groups.entry((p.name.clone(), p.expert)).or_default().push(p);
+        let n = slots.len();
+        if n == 0 {
+            return;
         }
+        let cols = x.len() / n;
         let mut map = self.stats.lock().unwrap();
-        for ((name, expert), mut calls) in groups {
-            calls.sort_by_key(|c| c.seq);
-            let n_expert = calls[0].n_expert;
-            let n: usize = calls.iter().map(|c| c.slots.len()).sum();
-            let Some(cols) = calls.iter().find(|c| !c.slots.is_empty()).map(|c| c.x.len() / c.slots.len()) else {
-                continue;
-            };
-            let e = map.entry(name.clone()).or_default();
-            if e.counts.len() == 1 && n_expert > 1 {
-                let c = e.counts[0];
-                e.counts.resize(n_expert, c);
+        let e = map.entry(name.to_string()).or_default();
+        if e.counts.len() == 1 && n_expert > 1 {
+            let c = e.counts[0];
+            e.counts.resize(n_expert, c);
+        }
+        if e.values.is_empty() {
+            e.values = vec![0.0; cols * n_expert];
+            e.counts = vec![0; n_expert];
+        } else if e.values.len() != cols * n_expert || e.counts.len() != n_expert {
+            let msg = format!("inconsistent size for {name} ({} vs {})", e.values.len(), cols * n_expert);
+            drop(map);
+            return self.fail(msg);
+        }
+        let acc = &mut e.values[expert * cols..(expert + 1) * cols];
+        for row in x.chunks_exact(cols) {
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a += v * v;
             }
-            if e.values.is_empty() {
-                e.values = vec![0.0; cols * n_expert];
-                e.counts = vec![0; n_expert];
-            } else if e.values.len() != cols * n_expert || e.counts.len() != n_expert {
-                let msg = format!("inconsistent size for {name} ({} vs {})", e.values.len(), cols * n_expert);
-                drop(map);
-                return self.fail(msg);
-            }
-            let acc = &mut e.values[expert * cols..(expert + 1) * cols];
-            let max_slot = calls.iter().flat_map(|c| c.slots.iter().copied()).max().unwrap_or(0);
-            for slot in 0..=max_slot {
-                for c in &calls {
-                    for (r, row) in c.x.chunks_exact(cols).enumerate() {
-                        if c.slots[r] == slot {
-                            for (a, &v) in acc.iter_mut().zip(row) {
-                                *a += v * v;
-                            }
-                        }
-                    }
-                }
-            }
-            e.counts[expert] += n as i64;
-            if acc.iter().any(|v| !v.is_finite()) {
-                drop(map);
-                return self.fail(format!("non-finite values detected in {name}"));
-            }
+        }
+        e.counts[expert] += n as i64;
+        if acc.iter().any(|v| !v.is_finite()) {
+            drop(map);
+            self.fail(format!("non-finite values detected in {name}"));
         }
     }
 }
@@ -308,14 +262,8 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
     for f in &a.in_files {
         merge_in(&mut stats, &mut datasets, f, n_ctx as i64)?;
     }
-    let collector = Arc::new(Collector {
-        stats: Mutex::new(stats),
-        process_output: a.process_output,
-        error: Mutex::new(None),
-        seq: Default::default(),
-        pending: Mutex::new(Vec::new()),
-        ubatch_rows: Default::default(),
-    });
+    let collector =
+        Arc::new(Collector { stats: Mutex::new(stats), process_output: a.process_output, error: Mutex::new(None) });
     if let Some(file) = &a.file {
         let l = engine::load(&a.model)?;
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -331,8 +279,10 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
         let n_chunk = crate::perplexity::chunk_count(tokens.len(), n_ctx, a.chunks, file)?;
         // llama-imatrix puts n_seq = b / c chunks in one batch; its ubatches (of
         // --ubatch-size tokens) take an equal share of each sequence in turn, so every
-        // weight sees chunk 0's first share, chunk 1's first share, … Evaluating the
-        // chunks' shares in that order on one state per chunk reproduces the sums.
+        // weight sees chunk 0's first share, chunk 1's first share, … as one product
+        // (its arithmetic picked by the ubatch's rows: one-token shares are one tinyBLAS
+        // product there) and the experts are routed over the whole ubatch. Each ubatch
+        // is one `forward_ubatch` over one state per chunk.
         let n_seq = (a.model.batch / n_ctx).max(1);
         let mut states = Vec::new();
         for _ in 0..n_seq.min(n_chunk.max(1)) {
@@ -364,16 +314,15 @@ pub fn run(a: &ImatrixArgs) -> Result<()> {
                     bail!("interrupted; no imatrix written");
                 }
                 let end = (off + share).min(n_ctx);
-                collector.ubatch_rows.store((end - off) * group, Ordering::Relaxed);
-                for s in 0..group {
-                    collector.seq.store(s, Ordering::Relaxed);
-                    let out = l.model.forward(states[s].as_mut(), &inputs[s][off..end], logits_mode)?;
-                    logits[s].extend_from_slice(&out);
-                    if let Some(e) = collector.error.lock().unwrap().take() {
-                        bail!(e);
-                    }
+                let mut segments: Vec<Segment<'_>> = states[..group]
+                    .iter_mut()
+                    .zip(&inputs)
+                    .map(|(st, input)| Segment { state: st.as_mut(), tokens: &input[off..end], logits: logits_mode })
+                    .collect();
+                let outs = l.model.forward_ubatch(&mut segments)?;
+                for (lg, out) in logits.iter_mut().zip(outs) {
+                    lg.extend_from_slice(&out);
                 }
-                collector.flush();
                 if let Some(e) = collector.error.lock().unwrap().take() {
                     bail!(e);
                 }

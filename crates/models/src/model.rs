@@ -97,6 +97,17 @@ pub trait Model: Send + Sync {
     fn forward_batch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
         segments.iter_mut().map(|s| self.forward(&mut *s.state, s.tokens, s.logits)).collect()
     }
+    /// The segments as one llama.cpp ubatch, uncut whatever their length (the caller
+    /// splits, as llama.cpp's `split_equal` does): their rows, in order, go through each
+    /// weight as one product and the experts are routed over all of them (one
+    /// `MUL_MAT_ID`), so the arithmetic is picked by the ubatch's row count — what
+    /// llama-imatrix and llama-perplexity compute with several chunks per batch. A
+    /// segment's result may then differ in the last bits from [`Model::forward`]'s (e.g.
+    /// one-token segments, which llama.cpp multiplies as one tinyBLAS product). The
+    /// default: [`Model::forward_batch`].
+    fn forward_ubatch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch(segments)
+    }
     /// Keeps the first `keep` cached positions of `state`, then moves each cached chunk
     /// `(src, n)` (positions `src..src + n`, in increasing order, not overlapping, at or
     /// after `keep`) down to follow the previous one, rotating its K by the distance moved

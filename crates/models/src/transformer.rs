@@ -274,10 +274,19 @@ impl Transformer {
     /// One forward pass over every part of a batch (each at most one ubatch of its own
     /// sequence): [`RowLayout::lay_out`], the embeddings, then per layer the attention
     /// and the FFN blocks (each adds its output to the residual stream `x`), then
-    /// [`Self::output_head`]; returns each part's logits.
-    fn run_batch(&self, pool: &Pool, parts: &mut [Part<'_>]) -> Result<Vec<Vec<f32>>> {
+    /// [`Self::output_head`]; returns each part's logits. With `whole`, the parts are one
+    /// llama.cpp ubatch ([`Model::forward_ubatch`]): their rows in order form one product
+    /// through every weight and one routing of the experts.
+    fn run_batch(&self, pool: &Pool, parts: &mut [Part<'_>], whole: bool) -> Result<Vec<Vec<f32>>> {
         let lens: Vec<usize> = parts.iter().map(|p| p.tokens.len()).collect();
-        let (rows, row0) = RowLayout::lay_out(&lens);
+        let (rows, row0) = if whole {
+            let mut rows = RowLayout::default();
+            rows.push_product(lens.iter().sum());
+            let row0 = lens.iter().scan(0, |r, &n| Some(std::mem::replace(r, *r + n))).collect();
+            (rows, row0)
+        } else {
+            RowLayout::lay_out(&lens)
+        };
         for (p, r0) in parts.iter_mut().zip(row0) {
             p.row0 = r0;
             p.p0 = p.st.n_past;
@@ -290,7 +299,8 @@ impl Transformer {
             self.tok_embd.forward(p.tokens, p.row0, &mut x)?;
         }
         dump("embd", &x);
-        let seq_rows: Vec<(usize, usize)> = parts.iter().map(|p| (p.row0, p.tokens.len())).collect();
+        let seq_rows: Vec<(usize, usize)> =
+            if whole { vec![(0, rows.n_rows())] } else { parts.iter().map(|p| (p.row0, p.tokens.len())).collect() };
         let mut b = Buffers::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let Buffers { h, a, tmp, attn, ffn } = &mut b;
@@ -331,19 +341,41 @@ impl Transformer {
         for p in parts.iter_mut() {
             p.st.n_past += p.tokens.len();
         }
-        self.output_head(&pass, parts, &x, &mut b.tmp)
+        self.output_head(&pass, parts, &x, &mut b.tmp, whole)
     }
 
     /// The logits each part asked for: each `Last` part's last row (one-token products),
     /// then each `All` part's rows (a product of their own), through the output norm, the
-    /// output matrix and the final soft-cap.
-    fn output_head(&self, pass: &Pass<'_>, parts: &[Part<'_>], x: &[f32], tmp: &mut Vec<f32>) -> Result<Vec<Vec<f32>>> {
+    /// output matrix and the final soft-cap. With `whole`, the rows asked for, in the
+    /// parts' order, are one product (llama.cpp's output rows of a ubatch).
+    fn output_head(
+        &self,
+        pass: &Pass<'_>,
+        parts: &[Part<'_>],
+        x: &[f32],
+        tmp: &mut Vec<f32>,
+        whole: bool,
+    ) -> Result<Vec<Vec<f32>>> {
         let e = self.hp.n_embd;
         let mut sel = Vec::new();
         let mut out_rows = RowLayout::default();
         let mut at = vec![(0usize, 0usize); parts.len()];
+        if whole {
+            for (i, p) in parts.iter().enumerate() {
+                let (r0, n) = match p.logits {
+                    Logits::All => (p.row0, p.tokens.len()),
+                    Logits::Last => (p.row0 + p.tokens.len() - 1, 1),
+                    Logits::None => continue,
+                };
+                at[i] = (sel.len() / e, n);
+                sel.extend_from_slice(&x[r0 * e..(r0 + n) * e]);
+            }
+            if !sel.is_empty() {
+                out_rows.push_product(sel.len() / e);
+            }
+        }
         for (i, p) in parts.iter().enumerate() {
-            if p.logits == Logits::Last {
+            if p.logits == Logits::Last && !whole {
                 let r = p.row0 + p.tokens.len() - 1;
                 sel.extend_from_slice(&x[r * e..(r + 1) * e]);
                 at[i] = (out_rows.n_rows(), 1);
@@ -351,7 +383,7 @@ impl Transformer {
             }
         }
         for (i, p) in parts.iter().enumerate() {
-            if p.logits == Logits::All {
+            if p.logits == Logits::All && !whole {
                 let n = p.tokens.len();
                 sel.extend_from_slice(&x[p.row0 * e..(p.row0 + n) * e]);
                 at[i] = (out_rows.n_rows(), n);
@@ -481,18 +513,7 @@ impl Model for Transformer {
     }
 
     fn forward_batch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
-        let mut states = Vec::with_capacity(segments.len());
-        for s in segments.iter_mut() {
-            let st = s
-                .state
-                .as_any_mut()
-                .downcast_mut::<TransformerState>()
-                .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
-            if st.n_past + s.tokens.len() > st.kv.n_ctx {
-                return Err(Error::ContextFull { n_tokens: s.tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
-            }
-            states.push((st, s.tokens, s.logits));
-        }
+        let mut states = segment_states(segments)?;
         let Some(pool) = states.first().map(|(st, _, _)| st.pool.clone()) else {
             return Ok(Vec::new());
         };
@@ -520,11 +541,50 @@ impl Model for Transformer {
             if parts.is_empty() {
                 break;
             }
-            for (i, l) in idx.into_iter().zip(self.run_batch(&pool, &mut parts)?) {
+            for (i, l) in idx.into_iter().zip(self.run_batch(&pool, &mut parts, false)?) {
                 out[i].extend(l);
             }
             round += 1;
         }
         Ok(out)
     }
+
+    fn forward_ubatch(&self, segments: &mut [Segment<'_>]) -> Result<Vec<Vec<f32>>> {
+        let mut states = segment_states(segments)?;
+        let Some(pool) = states.first().map(|(st, _, _)| st.pool.clone()) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); states.len()];
+        let mut parts = Vec::new();
+        let mut idx = Vec::new();
+        for (i, (st, tokens, logits)) in states.iter_mut().enumerate() {
+            if !tokens.is_empty() {
+                parts.push(Part { st, tokens, logits: *logits, row0: 0, p0: 0 });
+                idx.push(i);
+            }
+        }
+        if !parts.is_empty() {
+            for (i, l) in idx.into_iter().zip(self.run_batch(&pool, &mut parts, true)?) {
+                out[i] = l;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Each segment's state as this model's, checked to have room for its tokens.
+fn segment_states<'s>(segments: &'s mut [Segment<'_>]) -> Result<Vec<(&'s mut TransformerState, &'s [u32], Logits)>> {
+    let mut states = Vec::with_capacity(segments.len());
+    for s in segments.iter_mut() {
+        let st = s
+            .state
+            .as_any_mut()
+            .downcast_mut::<TransformerState>()
+            .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
+        if st.n_past + s.tokens.len() > st.kv.n_ctx {
+            return Err(Error::ContextFull { n_tokens: s.tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
+        }
+        states.push((st, s.tokens, s.logits));
+    }
+    Ok(states)
 }

@@ -81,6 +81,45 @@ fn quantize_imatrix_then_run() {
     assert_eq!(o.code, 0, "{}", o.stderr);
 }
 
+/// The f32 values of tensor `name` of an imatrix file.
+fn f32s(f: &GgufFile, name: &str) -> Vec<f32> {
+    let b = f.tensor_data_by_name(name).unwrap();
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Three chunks of 64 in one batch (`-b 256`) with `-u 64`: llama-imatrix's ubatches take
+/// 21 tokens of each chunk three times, then the last token of each — a ubatch of 3 rows,
+/// which the dense weights skip (< 16 rows) but `MUL_MAT_ID` counts; the experts are
+/// routed over each whole ubatch (2 of 4 per token).
+#[test]
+fn imatrix_ubatches_of_several_chunks() {
+    let d = tempfile::tempdir().unwrap();
+    let m = d.path().join("moe.gguf");
+    write(&Tiny::new("qwen3moe").with_tokenizer(), &m, None, &[]).unwrap();
+    let t = text(d.path());
+    let im = d.path().join("im.gguf");
+    let (m, t, im_) = (m.to_str().unwrap(), t.to_str().unwrap(), im.to_str().unwrap());
+    let o = gguf(&["imatrix", "-m", m, "-f", t, "-c", "64", "--chunks", "3", "-b", "256", "-u", "64", "-o", im_]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("n_seq=4"), "{}", o.stderr);
+    let f = GgufFile::open(&im).unwrap();
+    for il in 0..2 {
+        assert_eq!(f32s(&f, &format!("blk.{il}.attn_q.weight.counts")), [3.0 * 63.0]);
+        assert_eq!(f32s(&f, &format!("blk.{il}.ffn_gate_inp.weight.counts")), [3.0 * 63.0]);
+        for w in ["gate", "up", "down"] {
+            let c = f32s(&f, &format!("blk.{il}.ffn_{w}_exps.weight.counts"));
+            assert_eq!(c.len(), 4);
+            assert_eq!(c.iter().sum::<f32>(), 3.0 * 64.0 * 2.0, "blk.{il} {w}: every (token, slot) counted");
+            let sums = f32s(&f, &format!("blk.{il}.ffn_{w}_exps.weight.in_sum2"));
+            let cols = sums.len() / 4;
+            for (e, &n) in c.iter().enumerate() {
+                let used = sums[e * cols..(e + 1) * cols].iter().any(|&v| v > 0.0);
+                assert_eq!(used, n > 0.0, "blk.{il} {w} expert {e}: sums present exactly when counted");
+            }
+        }
+    }
+}
+
 #[test]
 fn quantize_refusals_leave_no_file() {
     let d = tempfile::tempdir().unwrap();

@@ -125,8 +125,9 @@ impl Experts {
 /// A top-k mixture of gated experts with a softmax router (llama.cpp's `build_moe_ffn`
 /// with `LLM_EXPERT_GATING_FUNC_SOFTMAX`): per token, softmax over the router's logits,
 /// the `n_used` largest (ties to the lower index), optionally renormalized and scaled;
-/// the experts' outputs weighted and summed in slot order. Each sequence of a pass is
-/// routed on its own, so a sequence's experts never see another's rows.
+/// the experts' outputs weighted and summed in slot order. Each routing group of a pass
+/// is routed on its own: a sequence (so a sequence's experts never see another's rows),
+/// or a whole llama.cpp ubatch ([`crate::Model::forward_ubatch`], one `MUL_MAT_ID`).
 pub struct Moe {
     /// `ffn_gate_inp`: hidden → expert logits.
     pub router: Linear,
@@ -167,7 +168,7 @@ impl Moe {
         })
     }
 
-    /// The experts' output for the `n` rows of `h` of one sequence.
+    /// The experts' output for the `n` rows of `h` of one routing group.
     pub fn forward_seq(&self, pass: &Pass<'_>, h: &[f32], n: usize, out: &mut Vec<f32>) -> Result<()> {
         let rows = RowLayout::one(n);
         let pass = pass.with_rows(&rows);
@@ -277,8 +278,8 @@ pub enum Ffn {
 }
 
 impl Ffn {
-    /// The FFN of every row of the pass into `out`; `seqs` holds each sequence's `(first
-    /// row, rows)` (experts are routed per sequence).
+    /// The FFN of every row of the pass into `out`; `seqs` holds each routing group's
+    /// `(first row, rows)` (a sequence, or the whole ubatch; experts are routed per group).
     pub fn forward(
         &self,
         pass: &Pass<'_>,

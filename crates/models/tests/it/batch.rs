@@ -134,3 +134,55 @@ fn a_batch_gives_every_sequence_its_logits_alone_on_real_models() {
         check(model.as_ref(), 64, 256, &[(80, 3), (7, 4), (1, 3), (20, 2)], name);
     }
 }
+
+/// `forward_ubatch` of k one-token sequences, each at position 0, puts their rows through
+/// each weight as one k-row product (llama.cpp's ubatch): sequence i's logits are then
+/// those of row 0 of a k-token sequence starting with its token (row 0 attends to itself
+/// alone and every product's arithmetic is picked by the k rows), not the one-token
+/// arithmetic `forward_batch` keeps for it; sequences of several tokens (whose products
+/// already take the multi-token arithmetic) give their logits alone.
+#[test]
+fn a_ubatch_is_one_product_over_its_rows() {
+    for arch in ["llama", "qwen3moe"] {
+        let t = Tiny::new(arch);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.gguf");
+        write(&t, &p, None, &[]).unwrap();
+        let (_f, model) = gguf_models::load(&p).unwrap();
+        let nv = model.n_vocab();
+        let toks: Vec<u32> = (0..6u32).map(|i| (i * 7 + 3) % nv as u32).collect();
+        let k = toks.len();
+        let row0 = |first: usize| {
+            let mut st = model.new_state(&opts(64, 64)).unwrap();
+            let seq: Vec<u32> = (0..k).map(|j| toks[(first + j) % k]).collect();
+            bits(&model.forward(st.as_mut(), &seq, Logits::All).unwrap()[..nv])
+        };
+        let mut states: Vec<Box<dyn State>> = (0..k).map(|_| model.new_state(&opts(64, 64)).unwrap()).collect();
+        let mut segs: Vec<Segment<'_>> = states
+            .iter_mut()
+            .zip(&toks)
+            .map(|(st, tok)| Segment { state: st.as_mut(), tokens: std::slice::from_ref(tok), logits: Logits::All })
+            .collect();
+        let got = model.forward_ubatch(&mut segs).unwrap();
+        let mut one_token_differs = false;
+        for (i, g) in got.iter().enumerate() {
+            assert!(bits(g) == row0(i), "{arch}: one-token sequence {i} of the ubatch");
+            let mut st = model.new_state(&opts(64, 64)).unwrap();
+            one_token_differs |= bits(&model.forward(st.as_mut(), &toks[i..i + 1], Logits::All).unwrap()) != bits(g);
+        }
+        // The test tells the two arithmetics apart on this model.
+        assert!(one_token_differs, "{arch}: one-token and k-row products agree bit for bit; the test proves nothing");
+        // Several tokens each: every sequence's logits alone.
+        let ss = seqs(nv as u32, &[(5, 0), (9, 0), (3, 0)]);
+        let mut states: Vec<Box<dyn State>> = ss.iter().map(|_| model.new_state(&opts(64, 64)).unwrap()).collect();
+        let mut segs: Vec<Segment<'_>> = states
+            .iter_mut()
+            .zip(&ss)
+            .map(|(st, s)| Segment { state: st.as_mut(), tokens: &s.prompt, logits: s.logits })
+            .collect();
+        let got = model.forward_ubatch(&mut segs).unwrap();
+        for (i, (g, s)) in got.iter().zip(&ss).enumerate() {
+            assert!(bits(g) == alone(model.as_ref(), s, 64, 64)[0], "{arch}: sequence {i} of several tokens");
+        }
+    }
+}
