@@ -38,7 +38,7 @@ fn the_rebuilt_binary_runs_the_plugin_architecture() {
     let o = logits(WITHOUT, &demo, &dir.path().join("x.f32"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_ne!(o.status.code(), Some(0));
-    assert!(err.contains("demo-gelu-llama") && err.contains("llama, qwen2"), "{err}");
+    assert!(err.contains("demo-gelu-llama") && err.contains("llama") && err.contains("qwen2"), "{err}");
     assert!(!dir.path().join("x.f32").exists());
 
     // The rebuilt one runs it: the library's logits, bit for bit.
@@ -73,7 +73,9 @@ fn the_registry_check_counts_the_plugin() {
     let line = |o: &std::process::Output| {
         String::from_utf8_lossy(&o.stdout).lines().find(|l| l.starts_with("architectures")).unwrap().to_string()
     };
-    assert!(line(&with).starts_with("architectures: 6 registered, 0 problem(s)"), "{}", line(&with));
-    assert!(line(&without).starts_with("architectures: 5 registered"), "{}", line(&without));
+    // This test links the plug-in too: the library's count is the rebuilt binary's.
+    let n = gguf_models::architectures().len();
+    assert!(line(&with).starts_with(&format!("architectures: {n} registered, 0 problem(s)")), "{}", line(&with));
+    assert!(line(&without).starts_with(&format!("architectures: {} registered", n - 1)), "{}", line(&without));
     assert!(gguf_models::architectures().iter().any(|a| a.name == custom_arch::NAME && a.origin == "custom_arch"));
 }
