@@ -925,6 +925,47 @@ pub(crate) mod test_rng {
         }
     }
 
+    /// Quantizes 64 blocks of 32 [`vec32`] values with `quantize`, decodes them with
+    /// `dequantize`, and checks every element's error against `bound(block)`.
+    pub fn assert_roundtrip(
+        quantize: crate::QuantizeRefFn,
+        dequantize: fn(&[u8], &mut [f32]),
+        block_bytes: usize,
+        bound: impl Fn(&[f32]) -> f32,
+    ) {
+        let x = vec32(7, 32 * 64);
+        let mut q = vec![0u8; 64 * block_bytes];
+        quantize(&x, &mut q);
+        let mut y = vec![0f32; x.len()];
+        dequantize(&q, &mut y);
+        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
+            let limit = bound(xb);
+            for (a, b) in xb.iter().zip(yb) {
+                assert!((a - b).abs() <= limit, "{a} vs {b} (limit {limit})");
+            }
+        }
+    }
+
+    /// Quantizes three rows of 256 with an importance matrix twice (the results must be
+    /// identical) and returns the decoded values' mean squared error.
+    pub fn imatrix_mse(
+        quantize_rows: crate::QuantizeRowsFn,
+        dequantize: fn(&[u8], &mut [f32]),
+        block_bytes: usize,
+    ) -> f32 {
+        let n = 256;
+        let x = vec32(11, n * 3);
+        let w: Vec<f32> = vec32(5, n).iter().map(|v| v.abs() + 0.1).collect();
+        let mut a = vec![0u8; 3 * n / 32 * block_bytes];
+        let mut b = vec![0u8; a.len()];
+        quantize_rows(&x, &mut a, n, Some(&w));
+        quantize_rows(&x, &mut b, n, Some(&w));
+        assert_eq!(a, b, "the imatrix path is deterministic");
+        let mut y = vec![0f32; x.len()];
+        dequantize(&a, &mut y);
+        x.iter().zip(&y).map(|(p, q)| (p - q) * (p - q)).sum::<f32>() / x.len() as f32
+    }
+
     /// `n` bell-shaped values (sums of four [`xorshift64`] draws).
     pub fn gaussian(n: usize, seed: u64) -> Vec<f32> {
         let mut r = xorshift64(seed);

@@ -117,8 +117,6 @@ fn quantize_rows(src: &[f32], dst: &mut [u8], n_per_row: usize, imatrix: Option<
 mod tests {
     use super::*;
 
-    use crate::util::test_rng::vec32 as rng;
-
     #[test]
     fn decodes_handmade_block() {
         let mut b = [0u8; TS];
@@ -136,18 +134,9 @@ mod tests {
 
     #[test]
     fn roundtrip_error_is_bounded() {
-        let x = rng(7, 32 * 64);
-        let mut q = vec![0u8; 64 * TS];
-        quantize_ref(&x, &mut q);
-        let mut y = vec![0f32; x.len()];
-        Q4_0::dequantize(&q, &mut y);
-        for (xb, yb) in x.chunks(32).zip(y.chunks(32)) {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            for (a, b) in xb.iter().zip(yb) {
-                // Half a step inside the range, a full step where the positive end clamps at 7.
-                assert!((a - b).abs() <= amax / 8.0 * 1.01, "{a} vs {b}");
-            }
-        }
+        crate::util::test_rng::assert_roundtrip(quantize_ref, Q4_0::dequantize, TS, |xb| {
+            xb.iter().fold(0f32, |a, v| a.max(v.abs())) / 8.0 * 1.01
+        });
     }
 
     #[test]
@@ -168,17 +157,7 @@ mod tests {
 
     #[test]
     fn imatrix_path_is_deterministic_and_close() {
-        let n = 256;
-        let x = rng(11, n * 3);
-        let w: Vec<f32> = rng(5, n).iter().map(|v| v.abs() + 0.1).collect();
-        let mut a = vec![0u8; 3 * n / 32 * TS];
-        let mut b = vec![0u8; a.len()];
-        quantize_rows(&x, &mut a, n, Some(&w));
-        quantize_rows(&x, &mut b, n, Some(&w));
-        assert_eq!(a, b);
-        let mut y = vec![0f32; x.len()];
-        Q4_0::dequantize(&a, &mut y);
-        let err: f32 = x.iter().zip(&y).map(|(p, q)| (p - q) * (p - q)).sum::<f32>() / x.len() as f32;
+        let err = crate::util::test_rng::imatrix_mse(quantize_rows, Q4_0::dequantize, TS);
         assert!(err < 0.01, "mse {err}");
     }
 }
