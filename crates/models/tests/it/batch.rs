@@ -170,8 +170,15 @@ fn a_ubatch_is_one_product_over_its_rows() {
             let mut st = model.new_state(&opts(64, 64)).unwrap();
             one_token_differs |= bits(&model.forward(st.as_mut(), &toks[i..i + 1], Logits::All).unwrap()) != bits(g);
         }
-        // The test tells the two arithmetics apart on this model.
-        assert!(one_token_differs, "{arch}: one-token and k-row products agree bit for bit; the test proves nothing");
+        // With AVX-512 the k-row f32 product is another kernel than the one-token one, so
+        // the test tells the two arithmetics apart; under an AVX2 or scalar cap (CI reruns
+        // this file so) both are the same loop and agree.
+        if quant_kernels::ops::native_dot_layout() == quant_kernels::ops::DotLayout::Avx512 {
+            assert!(
+                one_token_differs,
+                "{arch}: one-token and k-row products agree bit for bit; the test proves nothing"
+            );
+        }
         // Several tokens each: every sequence's logits alone.
         let ss = seqs(nv as u32, &[(5, 0), (9, 0), (3, 0)]);
         let mut states: Vec<Box<dyn State>> = ss.iter().map(|_| model.new_state(&opts(64, 64)).unwrap()).collect();
