@@ -37,7 +37,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context as _, Result};
-use serde_json::Value as Json;
 
 use super::logits::{kl_divergence, run_captured, N_GEN, PROMPTS};
 use super::{Check, Report, Status};
@@ -167,24 +166,7 @@ fn tail(s: &str) -> String {
 
 /// `gguf run ... --json`: (prompt tokens, generated tokens without the end-of-generation one).
 fn ours_greedy(gguf: &Path, model: &Path, prompt: &str, args: &[String]) -> Result<(Vec<Token>, Vec<Token>)> {
-    let mut cmd = Command::new(gguf);
-    cmd.arg("run").arg("-m").arg(model).args(["-p", prompt, "-n", &N_GEN.to_string(), "--temp", "0", "--json"]);
-    cmd.args(["-c", &N_CTX.to_string()]).args(args);
-    let (ok, stdout, stderr) = run_captured(&mut cmd, Duration::from_secs(600))?;
-    ensure!(ok, "gguf run failed: {}", tail(&stderr));
-    let text = String::from_utf8_lossy(&stdout);
-    let line =
-        text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("gguf run --json printed no JSON")?;
-    let v: Json = serde_json::from_str(line).context("gguf run --json: bad JSON")?;
-    let ids = |key: &str| -> Result<Vec<Token>> {
-        v[key]
-            .as_array()
-            .with_context(|| format!("gguf run --json has no {key:?} array"))?
-            .iter()
-            .map(|x| x.as_i64().map(|i| i as Token).with_context(|| format!("{key}: non-integer")))
-            .collect()
-    };
-    Ok((ids("prompt_tokens")?, ids("tokens")?))
+    super::logits::gguf_greedy(gguf, model, prompt, N_CTX, args)
 }
 
 /// `gguf logits --tokens ... -o OUT`: `[n_tokens][n_vocab]` f32.

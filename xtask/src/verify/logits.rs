@@ -220,9 +220,23 @@ fn extra_args() -> Vec<String> {
 
 /// `gguf run ... --json`: (prompt tokens, generated tokens).
 fn ours_greedy(gguf: &Path, model: &Path, prompt: &str, threads: usize) -> Result<(Vec<Token>, Vec<Token>)> {
+    let mut args = vec!["-t".to_string(), threads.to_string()];
+    args.extend(extra_args());
+    gguf_greedy(gguf, model, prompt, N_CTX, &args)
+}
+
+/// `gguf run -m MODEL -p PROMPT -n 32 --temp 0 --json -c N_CTX ARGS`: (prompt tokens,
+/// generated tokens).
+pub fn gguf_greedy(
+    gguf: &Path,
+    model: &Path,
+    prompt: &str,
+    n_ctx: u32,
+    args: &[String],
+) -> Result<(Vec<Token>, Vec<Token>)> {
     let mut cmd = Command::new(gguf);
     cmd.arg("run").arg("-m").arg(model).args(["-p", prompt, "-n", &N_GEN.to_string(), "--temp", "0", "--json"]);
-    cmd.args(["-t", &threads.to_string(), "-c", &N_CTX.to_string()]).args(extra_args());
+    cmd.args(["-c", &n_ctx.to_string()]).args(args);
     let (ok, stdout, stderr) = run_captured(&mut cmd, Duration::from_secs(600))?;
     ensure!(ok, "gguf run failed: {}", tail(&stderr));
     let text = String::from_utf8_lossy(&stdout);
