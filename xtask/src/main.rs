@@ -71,6 +71,7 @@ commands:
                                     run llama.cpp (cb_eval) and gguf logits (GGUF_DUMP_DIR) on
                                     the same tokens; every node's difference, in forward order,
                                     and the first node that is not bit-identical
+                                    (XTASK_LLAMA_CACHE_TYPE: that cache type on both sides)
   synth [qwen3|qwen3moe|llama-moe8] write the random-weight test models into the cache
   requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory

@@ -326,14 +326,15 @@ impl CacheMatrix {
                 let b0 = off / Q8_BLOCK;
                 let nb = out.len().div_ceil(Q8_BLOCK);
                 let src = &v[pos * rb + b0 * Q8_BYTES..pos * rb + (b0 + nb) * Q8_BYTES];
-                for (bi, blk) in src.chunks_exact(Q8_BYTES).enumerate() {
+                // ggml's `dequantize_row_q8_0`: q · d per element
+                let dq = |blk: &[u8], o: &mut [f32]| {
                     let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                    for j in 0..Q8_BLOCK {
-                        let i = bi * Q8_BLOCK + j;
-                        if i < out.len() {
-                            out[i] = (blk[2 + j] as i8) as f32 * d;
-                        }
+                    for (o, &q) in o.iter_mut().zip(&blk[2..]) {
+                        *o = (q as i8) as f32 * d;
                     }
+                };
+                for (o, blk) in out.chunks_mut(Q8_BLOCK).zip(src.chunks_exact(Q8_BYTES)) {
+                    dq(blk, o);
                 }
             }
         }

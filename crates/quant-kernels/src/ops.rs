@@ -125,6 +125,17 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     sc::axpy_f32(&mut y[..n], a, &x[..n])
 }
 
+/// `y[i] = fma(x[i], a, y[i])` for every `i` (`ggml_vec_mad_f32`: flash attention's
+/// `V += v·e^(s−M)` with an f32 V).
+pub fn mad_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::mad_f32(&mut y[..n], a, &x[..n]);
+    }
+    sc::mad_f32(&mut y[..n], a, &x[..n])
+}
+
 /// f32 → f16, round to nearest even (`ggml_cpu_fp32_to_fp16`).
 pub fn to_f16(x: &[f32], out: &mut [f16]) {
     for (o, v) in out.iter_mut().zip(x) {

@@ -121,6 +121,10 @@ pub fn layer_diff(ll: &Llama, model: &Path, tokens: &[Token], threads: usize, gg
     let mut cmd = Command::new(gguf);
     cmd.env("GGUF_DUMP_DIR", &dir).arg("logits").arg("-m").arg(model).args(["--tokens", &list.join(",")]);
     cmd.arg("-o").arg(&out).args(["-t", &threads.to_string(), "-c", &N_CTX.to_string()]);
+    // the cache type llama.cpp's side was given (XTASK_LLAMA_CACHE_TYPE), on ours too
+    if let Some(t) = std::env::var("XTASK_LLAMA_CACHE_TYPE").ok().filter(|t| !t.is_empty()) {
+        cmd.args(["--cache-type-k", &t, "--cache-type-v", &t]);
+    }
     let (ok, _, stderr) = run_captured(&mut cmd, Duration::from_secs(600))?;
     let _ = fs::remove_file(&out);
     ensure!(ok, "gguf logits failed: {}", stderr.lines().last().unwrap_or(""));

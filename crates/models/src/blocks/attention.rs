@@ -166,7 +166,11 @@ impl Attention {
         if let Some(w) = &self.k_norm {
             w.forward_inplace(k, tmp);
         }
-        for s in seqs.iter_mut() {
+        let (rot_k, rot_v) = match seqs.first() {
+            Some(s) => (cache_rotation(s.k.cache_type(), hk, true), cache_rotation(s.v.cache_type(), hv, false)),
+            None => (None, None),
+        };
+        for s in seqs.iter() {
             for t in 0..s.n {
                 let (r, pos) = (s.row0 + t, s.pos0 + t);
                 self.rope.cache(pos, rc);
@@ -176,8 +180,6 @@ impl Attention {
                 for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
                     self.rope.apply(rc, hkv);
                 }
-                s.k.write(pos, &k[r * nkv * hk..(r + 1) * nkv * hk]);
-                s.v.write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
             }
         }
         let mut scale = self.scale;
@@ -187,14 +189,78 @@ impl Attention {
         }
         dump(&format!("Qrope-{il}"), q);
         dump(&format!("Krope-{il}"), k);
+        if let Some(n) = rot_k {
+            hadamard_rows(q, n);
+            hadamard_rows(k, n);
+        }
+        if let Some(n) = rot_v {
+            hadamard_rows(v, n);
+        }
+        for s in seqs.iter_mut() {
+            for t in 0..s.n {
+                let (r, pos) = (s.row0 + t, s.pos0 + t);
+                s.k.write(pos, &k[r * nkv * hk..(r + 1) * nkv * hk]);
+                s.v.write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
+            }
+        }
         o.resize(pass.rows.n_rows() * nh * hv, 0.0);
         let views: Vec<SeqView<'_>> =
             seqs.iter().map(|s| SeqView { row0: s.row0, n: s.n, pos0: s.pos0, k: &*s.k, v: &*s.v }).collect();
         attend(pass.pool, self.heads, &views, q, scale, self.window, o);
         dump(&format!("kqv_out-{il}"), o);
+        if let Some(n) = rot_v {
+            hadamard_rows(o, n);
+        }
         self.wo.product(pass, o, out)?;
         add_bias(out, self.wo.bias());
         Ok(())
+    }
+}
+
+/// The width of the Walsh–Hadamard rotation llama.cpp applies around a quantized cache
+/// (`attn_rot_k` / `attn_rot_v` of `llama_kv_cache`, on unless `LLAMA_ATTN_ROT_DISABLE`):
+/// with a quantized K, q and k are rotated in rows of the largest power of two ≥ 64 that
+/// divides the head width; with a quantized V, v in rows of 64 and the attention output
+/// rotated back (the rotation is its own inverse). Heads not a multiple of 64 wide are not
+/// rotated. (llama.cpp also skips it when the head widths differ between layers; every
+/// family here has one width.)
+fn cache_rotation(ty: CacheType, head: usize, key: bool) -> Option<usize> {
+    if ty != CacheType::Q8_0 || head == 0 || !head.is_multiple_of(64) {
+        return None;
+    }
+    if !key {
+        return Some(64);
+    }
+    let mut n = 64;
+    while head.is_multiple_of(n * 2) {
+        n *= 2;
+    }
+    Some(n)
+}
+
+/// Each row of `n` values of `x` times the orthonormal `n × n` Walsh–Hadamard matrix, as
+/// ggml-cpu's `ggml_compute_forward_fwht` computes it (the `mul_mat` llama.cpp marks
+/// `GGML_HINT_SRC0_IS_HADAMARD`): every value scaled by `1/√n` first, then the butterflies
+/// `(u + v, u − v)` for strides 1, 2, 4, … (its SIMD passes' `fma(v, −1, u)` rounds as
+/// `u − v`).
+fn hadamard_rows(x: &mut [f32], n: usize) {
+    let scale = 1.0f32 / (n as f32).sqrt();
+    for row in x.chunks_exact_mut(n) {
+        for a in row.iter_mut() {
+            *a *= scale;
+        }
+        let mut len = 1;
+        while len < n {
+            for pair in row.chunks_exact_mut(2 * len) {
+                let (lo, hi) = pair.split_at_mut(len);
+                for (u, v) in lo.iter_mut().zip(hi.iter_mut()) {
+                    let (a, b) = (*u, *v);
+                    *u = a + b;
+                    *v = a - b;
+                }
+            }
+            len *= 2;
+        }
     }
 }
 
@@ -371,9 +437,7 @@ fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f3
         } else {
             // ggml_vec_mad_f32: every lane a fused multiply-add
             vc.read(j, v_off, &mut sc.tmp[..hv]);
-            for (a, v) in sc.acc.iter_mut().zip(&sc.tmp[..hv]) {
-                *a = v.mul_add(vs, *a);
-            }
+            ops::mad_f32(&mut sc.acc, vs, &sc.tmp[..hv]);
         }
         s = s.mul_add(ms, vs); // contracted as in ggml-cpu
     }
@@ -584,4 +648,67 @@ fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: 
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// llama.cpp's `ggml_gen_hadamard`: the orthonormal Sylvester matrix.
+    fn hadamard_matrix(n: usize) -> Vec<f32> {
+        let mut h = vec![0f32; n * n];
+        h[0] = 1.0 / (n as f32).sqrt();
+        let mut s = 1;
+        while s < n {
+            for i in 0..s {
+                for j in 0..s {
+                    let v = h[i * n + j];
+                    h[(i + s) * n + j] = v;
+                    h[i * n + j + s] = v;
+                    h[(i + s) * n + j + s] = -v;
+                }
+            }
+            s *= 2;
+        }
+        h
+    }
+
+    #[test]
+    fn hadamard_rows_is_the_rotation_and_its_own_inverse() {
+        let mut seed = 7u32;
+        let mut r = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        };
+        for n in [64, 128, 256] {
+            let x: Vec<f32> = (0..3 * n).map(|_| r()).collect();
+            let mut y = x.clone();
+            hadamard_rows(&mut y, n);
+            let h = hadamard_matrix(n);
+            for (row, got) in x.chunks(n).zip(y.chunks(n)) {
+                for (i, g) in got.iter().enumerate() {
+                    let want: f64 = (0..n).map(|j| h[i * n + j] as f64 * row[j] as f64).sum();
+                    assert!((*g as f64 - want).abs() < 1e-5, "n={n} i={i}: {g} vs {want}");
+                }
+            }
+            assert_ne!(x, y);
+            hadamard_rows(&mut y, n);
+            for (a, b) in x.iter().zip(&y) {
+                assert!((a - b).abs() < 1e-5, "n={n}: not its own inverse");
+            }
+        }
+    }
+
+    #[test]
+    fn caches_are_rotated_as_llama_cpp_rotates_them() {
+        let k = |h| cache_rotation(CacheType::Q8_0, h, true);
+        let v = |h| cache_rotation(CacheType::Q8_0, h, false);
+        assert_eq!(
+            [k(64), k(128), k(192), k(256), k(96), k(32)],
+            [Some(64), Some(128), Some(64), Some(256), None, None]
+        );
+        assert_eq!([v(64), v(128), v(256), v(96)], [Some(64), Some(64), Some(64), None]);
+        assert_eq!(cache_rotation(CacheType::F16, 128, true), None);
+        assert_eq!(cache_rotation(CacheType::F32, 64, false), None);
+    }
 }

@@ -32,6 +32,13 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// `y[i] = fma(x[i], a, y[i])` (`ggml_vec_mad_f32`: every lane fused).
+pub fn mad_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x.mul_add(a, *y);
+    }
+}
+
 /// `Σ x²` in f64 as `ggml_compute_forward_rms_norm_f32`.
 pub fn sum_squares_f64(x: &[f32]) -> f64 {
     x.iter().map(|v| (v * v) as f64).sum()

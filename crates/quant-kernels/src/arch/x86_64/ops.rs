@@ -172,6 +172,31 @@ unsafe fn axpy_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
     }
 }
 
+/// `y[i] = fma(x[i], a, y[i])` for every lane, tail included (`ggml_vec_mad_f32` as a
+/// native build compiles it: SIMD FMAs, the scalar tail contracted to FMAs too).
+pub fn mad_f32(y: &mut [f32], a: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    if !has_avx2() {
+        return sc::mad_f32(&mut y[..n], a, &x[..n]);
+    }
+    // SAFETY: features checked; loads and stores stay below `n`.
+    unsafe { mad_f32_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mad_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        _mm256_storeu_ps(y.add(i), _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), va, _mm256_loadu_ps(y.add(i))));
+        i += 8;
+    }
+    while i < n {
+        *y.add(i) = (*x.add(i)).mul_add(a, *y.add(i));
+        i += 1;
+    }
+}
+
 /// `y = f16(fma(x, a, y))`, an f16 accumulator (`ggml_vec_mad_f16`).
 pub fn mad_f16(y: &mut [f16], a: f32, x: &[f16]) {
     let n = y.len().min(x.len());
@@ -243,6 +268,18 @@ mod f16_acc_tests {
             scale_f16(&mut y1, a);
             sc::scale_f16(&mut y2, a);
             assert_eq!(y1, y2, "scale n={n}");
+            let xf: Vec<f32> = (0..n).map(|_| r()).collect();
+            let yf: Vec<f32> = (0..n).map(|_| r()).collect();
+            let (mut f1, mut f2) = (yf.clone(), yf.clone());
+            mad_f32(&mut f1, a, &xf);
+            sc::mad_f32(&mut f2, a, &xf);
+            assert_eq!(f1, f2, "mad_f32 n={n}");
+            // fused: differs from the twice-rounded axpy somewhere on these inputs
+            let mut f3 = yf.clone();
+            sc::axpy_f32(&mut f3, a, &xf);
+            if n >= 64 {
+                assert_ne!(f1, f3, "mad_f32 n={n} rounds like an unfused multiply-add");
+            }
         }
     }
 }
