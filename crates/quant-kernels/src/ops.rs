@@ -136,6 +136,23 @@ pub fn mad_f32(y: &mut [f32], a: f32, x: &[f32]) {
     sc::mad_f32(&mut y[..n], a, &x[..n])
 }
 
+/// One Q8_0 row · one Q8_0 row of `n` elements (`ggml_vec_dot_q8_0_q8_0`: flash
+/// attention's K·q over a Q8_0 cache), without the tile set-up of the matmul kernels. On
+/// x86 ggml's AVX2 body, which its AVX-512 builds compile too (the `vpdpbusd` variant of
+/// `mul_sum_i8_pairs_float` gives the same exact integer sums); elsewhere the registered
+/// kernel.
+pub fn dot_q8_0(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::avx2::q8_0_q8_0(n, w, x)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    match crate::registry::kernel_for(8) {
+        Some(k) => (k.vec_dot)(n, w, x),
+        None => crate::scalar::dots::q8_0_q8_0(n, w, x),
+    }
+}
+
 /// f32 → f16, round to nearest even (`ggml_cpu_fp32_to_fp16`).
 pub fn to_f16(x: &[f32], out: &mut [f16]) {
     for (o, v) in out.iter_mut().zip(x) {

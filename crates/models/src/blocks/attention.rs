@@ -271,9 +271,10 @@ fn hadamard_rows(x: &mut [f32], n: usize) {
 /// (decode) round q to f16 and accumulate V in f16 with an online softmax, splitting a
 /// single query over the threads once the (256-padded) KV length reaches 512; other caches
 /// (Q8_0 K or V) take ggml's one-chunk path (q quantized to the K type's dot type, the K
-/// type's `vec_dot`, V in f32 after `to_float`). A sequence of 64 or more rows gets a
-/// pool job of its own, all the others share one job, one task per (row, head) — each
-/// task's arithmetic is what the sequence would get alone.
+/// type's `vec_dot`, V in f32 after `to_float`), as tiles of rows from 8 rows on. A
+/// sequence of 64 or more rows (8 on a quantized cache) gets a pool job of its own, all the
+/// others share one job, one task per (row, head) — each task's arithmetic is what the
+/// sequence would get alone.
 pub fn attend(
     pool: &Pool,
     heads: Heads,
@@ -291,7 +292,8 @@ pub fn attend(
     let mut rest: Vec<SeqView<'_>> = Vec::new();
     for s in seqs {
         let (r0, n, p0) = (s.row0, s.n, s.pos0);
-        if n >= 64 && f16_kv(s) {
+        let f16 = f16_kv(s);
+        if (n >= 64 && f16) || (n >= ONE_CHUNK_TILED && !f16) {
             // one task per (head, tile of 64 query rows): each K/V tile is converted once
             let (kc, vc) = (s.k, s.v);
             let (qs, os) = (&q[r0 * nh * hk..(r0 + n) * nh * hk], &outs[r0 * nh..(r0 + n) * nh]);
@@ -300,7 +302,11 @@ pub fn attend(
                 let (head, qt) = (i % nh, i / nh);
                 let rows = qt * TILE..(qt * TILE + TILE).min(n);
                 let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
-                attend_tiled(kc, vc, &geo, rows, qs, os);
+                if f16 {
+                    attend_tiled(kc, vc, &geo, rows, qs, os);
+                } else {
+                    attend_one_chunk_tiled(kc, vc, &geo, rows, qs, os);
+                }
             });
         } else {
             rest.push(*s);
@@ -352,8 +358,8 @@ pub fn attend(
 /// Per-thread attention scratch.
 #[derive(Default)]
 struct Scratch {
+    row: ChunkRow,
     tmp: Vec<f32>,
-    q8: Vec<u8>,
     q16: Vec<f16>,
     acc16: Vec<f16>,
     acc: Vec<f32>,
@@ -372,83 +378,220 @@ struct HeadView<'a> {
     pos: usize,
 }
 
-/// One query head over every cell of its window in one chunk, as ggml's
-/// `flash_attn_ext_f16_one_chunk` computes it for caches its tiled and split paths do not
-/// take (any K or V that is not F16/F32 of one type — Q8_0): q converted to the K type's
-/// dot type (Q8_0 → ggml-cpu's `quantize_row_q8_0`, F16 → f16, F32 as is), each score the
-/// K type's own `vec_dot`, an online softmax, V accumulated in f16 (F16 V) or in f32 after
-/// `to_float` (others) with fused multiply-adds, then divided by the sum.
+/// One query row of one head on ggml's `flash_attn_ext_f16_one_chunk` path, the path it
+/// takes for caches its tiled and split paths do not (any K or V that is not F16/F32 of one
+/// type — Q8_0): q converted to the K type's dot type (Q8_0 → ggml-cpu's
+/// `quantize_row_q8_0`, F16 → f16, F32 as is), each score the K type's own `vec_dot`, an
+/// online softmax over the cells in order, V accumulated in f16 (F16 V) or in f32 after
+/// `to_float` (others) with fused multiply-adds, then divided by the sum. The row's
+/// arithmetic depends only on the cells it is given and their order, so [`attend_one_chunk`]
+/// (one row) and [`attend_one_chunk_tiled`] (64 rows over tiles of cells) agree bit for bit.
+#[derive(Default)]
+struct ChunkRow {
+    q: Vec<f32>,
+    q8: Vec<u8>,
+    q16: Vec<f16>,
+    acc: Vec<f32>,
+    acc16: Vec<f16>,
+    m: f32,
+    s: f32,
+    /// A cell was missing (never written): the row reads NaN.
+    bad: bool,
+}
+
+/// A V row of the one-chunk path: F16 as stored, anything else dequantized to f32.
+enum VRow<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+}
+
+impl ChunkRow {
+    /// Starts the row for query `q` against caches of these types; false when the Q8_0
+    /// kernels are missing.
+    fn start(&mut self, kc: &CacheMatrix, vc: &CacheMatrix, q: &[f32], hv: usize) -> bool {
+        match kc.cache_type() {
+            CacheType::Q8_0 => {
+                let Some(act) = quant_kernels::registry::act_quantizer_for(Q8_0) else { return false };
+                self.q8.resize(q.len() / 32 * 34, 0);
+                (act.quantize)(q, &mut self.q8);
+            }
+            CacheType::F16 => {
+                self.q16.clear();
+                self.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
+            }
+            CacheType::F32 => {
+                self.q.clear();
+                self.q.extend_from_slice(q);
+            }
+        }
+        self.acc.clear();
+        self.acc16.clear();
+        if vc.cache_type() == CacheType::F16 {
+            self.acc16.resize(hv, f16::ZERO);
+        }
+        self.acc.resize(hv, 0.0);
+        (self.m, self.s, self.bad) = (f32::NEG_INFINITY, 0.0, false);
+        true
+    }
+
+    /// The scaled score of cell `j` (K head at `k_off`, `hk` wide), `None` if unwritten.
+    #[inline]
+    fn score(&self, kc: &CacheMatrix, j: usize, k_off: usize, hk: usize, dot: Dot, tmp: &mut [f32]) -> Option<f32> {
+        match (kc.cache_type(), dot) {
+            (CacheType::Q8_0, Dot::Q8_0) => kc.q8_0_blocks(j, k_off, hk).map(|kr| ops::dot_q8_0(hk, kr, &self.q8)),
+            (CacheType::F16, Dot::F16(layout)) => {
+                kc.f16_slice(j, k_off, hk).map(|kr| ops::dot_f16_ggml(kr, &self.q16, layout))
+            }
+            _ => (j < kc.n_rows()).then(|| kc.dot(j, k_off, &self.q, tmp)),
+        }
+    }
+
+    /// One cell of the online softmax: score `x`, value row `v`.
+    #[inline]
+    fn add(&mut self, x: f32, v: VRow<'_>) {
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if x > self.m {
+            let old = self.m;
+            self.m = x;
+            ms = (old - x).exp();
+            match v {
+                VRow::F16(_) => ops::scale_f16(&mut self.acc16, ms),
+                VRow::F32(_) => ops::scale_inplace(&mut self.acc, ms),
+            }
+        } else {
+            vs = (x - self.m).exp();
+        }
+        match v {
+            VRow::F16(vr) => ops::mad_f16(&mut self.acc16, vs, vr),
+            // ggml_vec_mad_f32: every lane a fused multiply-add
+            VRow::F32(vr) => ops::mad_f32(&mut self.acc, vs, vr),
+        }
+        self.s = self.s.mul_add(ms, vs); // contracted as in ggml-cpu
+    }
+
+    /// `V / S` into `out`.
+    fn finish(&mut self, out: &mut [f32]) {
+        if self.bad {
+            return out.fill(f32::NAN);
+        }
+        if !self.acc16.is_empty() {
+            for (d, v) in self.acc.iter_mut().zip(&self.acc16) {
+                *d = v.to_f32();
+            }
+        }
+        let inv = if self.s == 0.0 { 0.0 } else { 1.0 / self.s };
+        for (o, v) in out.iter_mut().zip(&self.acc) {
+            *o = v * inv;
+        }
+    }
+}
+
+/// The K type's dot product of the one-chunk path.
+#[derive(Clone, Copy)]
+enum Dot {
+    Q8_0,
+    F16(ops::DotLayout),
+    F32,
+}
+
+/// The [`Dot`] for a K cache.
+fn dot_for(kc: &CacheMatrix) -> Option<Dot> {
+    Some(match kc.cache_type() {
+        CacheType::Q8_0 => Dot::Q8_0,
+        CacheType::F16 => Dot::F16(ops::native_dot_layout()),
+        CacheType::F32 => Dot::F32,
+    })
+}
+
+/// One query head over every cell of its window, as ggml's one-chunk path ([`ChunkRow`]).
 fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
     let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
-    let layout = ops::native_dot_layout();
     let (k_off, v_off) = (kvh * hk, kvh * hv);
     sc.tmp.resize(hk.max(hv), 0.0);
-    let q8 = match kc.cache_type() {
-        CacheType::Q8_0 => {
-            let Some(act) = quant_kernels::registry::act_quantizer_for(Q8_0) else { return out.fill(f32::NAN) };
-            sc.q8.resize(hk / 32 * 34, 0);
-            (act.quantize)(q, &mut sc.q8);
-            let Some(kern) = quant_kernels::registry::kernel_for(Q8_0) else { return out.fill(f32::NAN) };
-            Some(kern.vec_dot)
-        }
-        CacheType::F16 => {
-            sc.q16.clear();
-            sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
-            None
-        }
-        CacheType::F32 => None,
-    };
-    let v_f16 = vc.cache_type() == CacheType::F16;
-    sc.acc16.clear();
-    sc.acc16.resize(hv, f16::ZERO);
-    sc.acc.clear();
-    sc.acc.resize(hv, 0.0);
-    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    let row = &mut sc.row;
+    let Some(dot) = dot_for(kc).filter(|_| row.start(kc, vc, q, hv)) else { return out.fill(f32::NAN) };
     for j in lo..=pos {
-        let x = match (kc.cache_type(), q8) {
-            (CacheType::Q8_0, Some(dot)) => match kc.q8_0_blocks(j, k_off, hk) {
-                Some(kr) => dot(hk, kr, &sc.q8),
-                None => return out.fill(f32::NAN),
-            },
-            (CacheType::F16, _) => match kc.f16_slice(j, k_off, hk) {
-                Some(kr) => ops::dot_f16_ggml(kr, &sc.q16, layout),
-                None => return out.fill(f32::NAN),
-            },
-            _ => kc.dot(j, k_off, q, &mut sc.tmp),
-        } * scale;
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if x > m {
-            let old = m;
-            m = x;
-            ms = (old - m).exp();
-            if v_f16 {
-                ops::scale_f16(&mut sc.acc16, ms);
-            } else {
-                ops::scale_inplace(&mut sc.acc, ms);
-            }
-        } else {
-            vs = (x - m).exp();
-        }
-        if v_f16 {
+        let Some(x) = row.score(kc, j, k_off, hk, dot, &mut sc.tmp) else { return out.fill(f32::NAN) };
+        let x = x * scale;
+        if vc.cache_type() == CacheType::F16 {
             match vc.f16_slice(j, v_off, hv) {
-                Some(vr) => ops::mad_f16(&mut sc.acc16, vs, vr),
+                Some(vr) => row.add(x, VRow::F16(vr)),
                 None => return out.fill(f32::NAN),
             }
         } else {
-            // ggml_vec_mad_f32: every lane a fused multiply-add
+            if j >= vc.n_rows() {
+                return out.fill(f32::NAN);
+            }
             vc.read(j, v_off, &mut sc.tmp[..hv]);
-            ops::mad_f32(&mut sc.acc, vs, &sc.tmp[..hv]);
-        }
-        s = s.mul_add(ms, vs); // contracted as in ggml-cpu
-    }
-    if v_f16 {
-        for (d, v) in sc.acc.iter_mut().zip(&sc.acc16) {
-            *d = v.to_f32();
+            row.add(x, VRow::F32(&sc.tmp[..hv]));
         }
     }
-    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    for (o, v) in out.iter_mut().zip(&sc.acc) {
-        *o = v * inv;
+    row.finish(out);
+}
+
+/// Query rows `rows` of one head on the one-chunk path ([`ChunkRow`], each row's cells in
+/// order, bit-identical to [`attend_one_chunk`] per row), over tiles of [`TILE`] cells: a V
+/// tile is dequantized once for all rows instead of once per row, and each row's K·q
+/// stays the K type's `vec_dot`. For prompts over a Q8_0 cache (llama.cpp computes them one
+/// row at a time).
+fn attend_one_chunk_tiled(
+    kc: &CacheMatrix,
+    vc: &CacheMatrix,
+    g: &TileGeometry,
+    rows: std::ops::Range<usize>,
+    q: &[f32],
+    outs: &[Mutex<&mut [f32]>],
+) {
+    let TileGeometry { head, nh, kvh, hk, hv, scale, window, p0 } = *g;
+    let (k_off, v_off) = (kvh * hk, kvh * hv);
+    let pos_of = |t: usize| p0 + t;
+    let lo_of = |t: usize| window.map_or(0, |w| (pos_of(t) + 1).saturating_sub(w));
+    let mut state: Vec<ChunkRow> = rows.clone().map(|_| ChunkRow::default()).collect();
+    let Some(dot) = dot_for(kc) else {
+        return rows.for_each(|t| outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner()).fill(f32::NAN));
+    };
+    for (row, t) in state.iter_mut().zip(rows.clone()) {
+        row.bad = !row.start(kc, vc, &q[(t * nh + head) * hk..(t * nh + head + 1) * hk], hv);
+    }
+    let v_f16 = vc.cache_type() == CacheType::F16;
+    let mut vt = vec![0f32; if v_f16 { 0 } else { TILE * hv }];
+    let mut tmp = vec![0f32; hk];
+    let (min_lo, max_pos) = (lo_of(rows.start), pos_of(rows.end - 1));
+    let mut first = min_lo / TILE * TILE;
+    while first <= max_pos {
+        let end = (first + TILE).min(max_pos + 1);
+        if !v_f16 {
+            for j in first..end.min(vc.n_rows()) {
+                vc.read(j, v_off, &mut vt[(j - first) * hv..(j - first + 1) * hv]);
+            }
+        }
+        for (row, t) in state.iter_mut().zip(rows.clone()) {
+            let (lo, pos) = (lo_of(t).max(first), pos_of(t).min(end - 1));
+            for j in lo..=pos {
+                if row.bad || lo > pos {
+                    break;
+                }
+                let Some(x) = row.score(kc, j, k_off, hk, dot, &mut tmp) else {
+                    row.bad = true;
+                    break;
+                };
+                let x = x * scale;
+                if v_f16 {
+                    match vc.f16_slice(j, v_off, hv) {
+                        Some(vr) => row.add(x, VRow::F16(vr)),
+                        None => row.bad = true,
+                    }
+                } else if j < vc.n_rows() {
+                    row.add(x, VRow::F32(&vt[(j - first) * hv..(j - first + 1) * hv]));
+                } else {
+                    row.bad = true;
+                }
+            }
+        }
+        first = end;
+    }
+    for (row, t) in state.iter_mut().zip(rows) {
+        row.finish(&mut outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner()));
     }
 }
 
@@ -482,6 +625,10 @@ struct TileGeometry {
 
 /// ggml's flash-attention tile size (`GGML_FA_TILE_Q` = `GGML_FA_TILE_KV` = 64).
 const TILE: usize = 64;
+
+/// Rows of a sequence from which a quantized cache's one-chunk rows run as tiles
+/// ([`attend_one_chunk_tiled`]; same bits, fewer V dequantizations).
+const ONE_CHUNK_TILED: usize = 8;
 
 /// Query rows `rows` of one head as ggml's tiled flash attention (`flash_attn_ext_tiled`,
 /// batches of 64+ rows) computes them: KV tiles of 64 converted to f32 once, K·q and P·V as
@@ -695,6 +842,46 @@ mod tests {
             hadamard_rows(&mut y, n);
             for (a, b) in x.iter().zip(&y) {
                 assert!((a - b).abs() < 1e-5, "n={n}: not its own inverse");
+            }
+        }
+    }
+
+    /// A prompt's rows over a quantized cache (tiles of rows, [`attend_one_chunk_tiled`])
+    /// give each row what it gets alone (one row, [`attend_one_chunk`]), bit for bit —
+    /// Q8_0 and mixed K/V types, with and without a window, from a non-zero first position.
+    #[test]
+    fn one_chunk_rows_in_tiles_equal_each_row_alone() {
+        let mut seed = 11u32;
+        let mut r = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+        };
+        let heads = Heads { n_head: 4, n_head_kv: 2, head_k: 64, head_v: 64 };
+        let (p0, n, n_ctx) = (5usize, 150usize, 200usize);
+        let pool = Pool::new(2);
+        for (kt, vt) in
+            [(CacheType::Q8_0, CacheType::Q8_0), (CacheType::F16, CacheType::Q8_0), (CacheType::Q8_0, CacheType::F16)]
+        {
+            let mut kc = CacheMatrix::new(kt, n_ctx, 128).unwrap();
+            let mut vc = CacheMatrix::new(vt, n_ctx, 128).unwrap();
+            for pos in 0..p0 + n {
+                kc.write(pos, &(0..128).map(|_| r() * 3.0).collect::<Vec<_>>());
+                vc.write(pos, &(0..128).map(|_| r()).collect::<Vec<_>>());
+            }
+            let q: Vec<f32> = (0..n * 4 * 64).map(|_| r()).collect();
+            for window in [None, Some(70)] {
+                let all = [SeqView { row0: 0, n, pos0: p0, k: &kc, v: &vc }];
+                let mut o = vec![0f32; n * 4 * 64];
+                attend(&pool, heads, &all, &q, 0.125, window, &mut o);
+                for t in [0, 1, 63, 64, 100, n - 1] {
+                    let one = [SeqView { row0: 0, n: 1, pos0: p0 + t, k: &kc, v: &vc }];
+                    let mut o1 = vec![0f32; 4 * 64];
+                    attend(&pool, heads, &one, &q[t * 256..(t + 1) * 256], 0.125, window, &mut o1);
+                    let got: Vec<u32> = o[t * 256..(t + 1) * 256].iter().map(|x| x.to_bits()).collect();
+                    let want: Vec<u32> = o1.iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(got, want, "{kt:?}/{vt:?} window {window:?} row {t}");
+                    assert!(o1.iter().all(|x| x.is_finite()));
+                }
             }
         }
     }
