@@ -86,11 +86,12 @@ pub fn estimate(file: &SplitGguf, a: &MemArgs) -> Result<(Estimate, u64)> {
         cache_bytes(&a.cache_type_k, n_head_kv * head_k)? + cache_bytes(&a.cache_type_v, n_head_kv * head_v)?;
     let kv = n_layer * n_ctx * per_token * a.parallel.max(1);
     // Working buffers, fitted on this engine's measured peak RSS (SmolLM2-135M,
-    // qwen2.5-coder-0.5b, gemma-3-270m at -c 512; BENCHMARKS.md): 8 MiB of runtime, the
-    // tokenizer's tables (≈ 12× the metadata bytes) and one ubatch of FFN-wide scratch.
+    // qwen2.5-coder-0.5b, gemma-3-270m at -c 512, refitted 2026-12-02; BENCHMARKS.md):
+    // 16 MiB of runtime, the tokenizer's tables (≈ 4.5× the metadata bytes), one ubatch of
+    // FFN-wide scratch and the logits.
     let ub = a.ubatch.min(n_ctx).max(1);
     let metadata_bytes = file.first().data_offset();
-    let compute = (8 << 20) + 12 * metadata_bytes + ub * (n_ff + 2 * n_embd) * 4 + n_vocab * 4;
+    let compute = (16 << 20) + metadata_bytes * 9 / 2 + ub * (n_ff + 2 * n_embd) * 4 + n_vocab * 4;
     Ok((Estimate { weights, weights_resident, kv, compute }, n_ctx))
 }
 
