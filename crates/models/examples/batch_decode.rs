@@ -1,5 +1,6 @@
 //! Decode throughput of `forward_batch` with k sequences at once (k = 1, 2, 4, 8):
-//! `cargo run --release -p gguf-models --example batch_decode -- MODEL [threads] [steps]`.
+//! `cargo run --release -p gguf-models --example batch_decode -- MODEL [threads] [steps] [ks]`
+//! (`ks`: comma-separated, default `1,2,4,8`).
 //! Prints tokens/s per k and the ratio to k = 1 (rounds interleaved).
 
 use std::sync::Arc;
@@ -9,12 +10,15 @@ use gguf_models::{Logits, Segment, StateOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: batch_decode MODEL [threads] [steps]")?;
+    let path = args.get(1).ok_or("usage: batch_decode MODEL [threads] [steps] [ks]")?;
     let threads: usize = args.get(2).map_or(Ok(2), |s| s.parse())?;
     let steps: usize = args.get(3).map_or(Ok(32), |s| s.parse())?;
     let (_f, model) = gguf_models::load(path)?;
     let pool = Arc::new(gguf_models::Pool::new(threads));
-    let ks = [1usize, 2, 4, 8];
+    let ks: Vec<usize> = match args.get(4) {
+        Some(s) => s.split(',').map(|k| k.parse()).collect::<Result<_, _>>()?,
+        None => vec![1, 2, 4, 8],
+    };
     let mut best = vec![f64::MAX; ks.len()];
     for _round in 0..3 {
         for (ki, &k) in ks.iter().enumerate() {

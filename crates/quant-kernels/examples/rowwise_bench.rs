@@ -1,7 +1,7 @@
 //! `matmul_rowwise` against its alternatives for a decode step of several sequences:
 //! `cargo run --release -p quant-kernels --example rowwise_bench -- [threads] [rounds] [filter]`.
 //!
-//! For SmolLM2-135M-like shapes (rows × cols) and n = 1, 4, 8 tokens it times
+//! For SmolLM2-135M-like shapes (rows × cols) and n = 1, 2, 4, 8 tokens it times
 //! `matmul_rowwise` of n tokens, n separate one-token `matmul` calls (the same bits, n
 //! weight reads) and `matmul` of n tokens (one weight read, llama.cpp's batch arithmetic),
 //! interleaved over `rounds` rounds so that a busy machine slows all three alike, and
@@ -53,7 +53,7 @@ fn main() {
             // Calls per timing: about 2 ms of weight reads at 10 GB/s (short windows, many
             // rounds: the best round is the one no other process preempted).
             let reps = (2e7 / w_bytes.len() as f64).clamp(1.0, 200.0) as usize;
-            for n in [1usize, 4, 8] {
+            for n in [1usize, 2, 4, 8] {
                 let (x, y) = (&x[..n * cols], &mut y[..n * rows]);
                 let mut best = [f64::MAX; 3];
                 for round in 0..rounds {

@@ -148,6 +148,8 @@ const TOKEN_BLOCK_BYTES: usize = 64 * 1024;
 /// Weight bytes per row tile in the token-block split (L2-resident; measured: 16 KiB
 /// tiles are 2× slower than 256 KiB ones because of the per-tile activation set-up).
 const ROW_TILE_BYTES: usize = 256 * 1024;
+/// Row blocks per pool thread of a [`matmul_rowwise`] of 2..=8 tokens (8 for one token).
+const ROWWISE_TILES_PER_THREAD: usize = 4;
 /// Elements from which the activation quantization runs on the pool.
 const PARALLEL_QUANT_FROM: usize = 1 << 15;
 
@@ -393,9 +395,15 @@ fn split(
     if mode == Mode::Rowwise {
         // Tile kernels run 8 tokens per pass over the tile's rows: with more, keep the
         // tile's weights L2-sized (still a multiple of 16 rows; no row's arithmetic
-        // depends on where its block starts or ends).
-        let rb =
-            if n_tokens > 8 { rb.min((ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 1024) / 16 * 16) } else { rb };
+        // depends on where its block starts or ends). With 2..=8 tokens the per-tile
+        // activation set-up (the kernels' scales and token pairs) is paid once per tile:
+        // half as many tiles as for one token (measured: SmolLM2 decoding 8 sequences,
+        // see BENCHMARKS.md "Batched decode kernels").
+        let rb = match n_tokens {
+            1 => rb,
+            2..=8 => rows.div_ceil(nth * ROWWISE_TILES_PER_THREAD).next_multiple_of(16).clamp(16, 1024).min(rows),
+            _ => rb.min((ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 1024) / 16 * 16),
+        };
         return split_rows(pool, rows, n_tokens, rb, y, tile);
     }
     if n_tokens < TOKEN_SPLIT_FROM {

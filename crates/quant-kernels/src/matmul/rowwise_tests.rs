@@ -235,3 +235,32 @@ fn batch_arithmetic_differs_where_rowwise_must_not() {
         assert_eq!(differ(&rowwise), 0, "{name} {rows}x{cols} n={n}");
     }
 }
+
+/// The decode-batch shapes of the server (2..=8 single-token rows, whose row blocks are
+/// sized per token count and thread count): random row counts (not only multiples of 16)
+/// and widths, every token count 2..=8, on 1, 2 and 3 threads, for the weight types of
+/// the SmolLM2 Q4_1 and qwen2.5 Q4_K_M files, along every path this CPU can run.
+#[test]
+fn rowwise_random_decode_batches() {
+    let pools = [Pool::new(1), Pool::new(2), Pool::new(3)];
+    let ns: Vec<usize> = (2..=8).collect();
+    let mut seed = 0x5eed_u64;
+    let mut pick = |n: usize| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % n
+    };
+    for name in ["q4_1", "q5_0", "q8_0", "q4_K", "q6_K"] {
+        let t = ggml_quants::by_name(name).unwrap();
+        for _ in 0..3 {
+            let rows = 1 + pick(700);
+            let cols = t.block_size * (1 + pick(if t.block_size == 256 { 4 } else { 40 }));
+            let mut s = (t.id as u64) << 32 | (rows * 7919 + cols) as u64;
+            let wq = weights(t, rows, cols, &mut s);
+            let m = Matrix::new(t.id, &wq, rows, cols).unwrap();
+            let x: Vec<f32> = (0..8 * cols).map(|_| rng(&mut s)).collect();
+            for (backend, path) in &paths(t.id) {
+                check(&format!("{name} {backend}"), &pools, &m, &x, &ns, *path);
+            }
+        }
+    }
+}

@@ -293,30 +293,61 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: sc::DotLayout) -> f32 {
     }
     let step = layout.step();
     let np = n - n % step;
-    let mut acc = [0f32; 64];
-    // SAFETY: features checked; loads stay below `np <= n`, stores within `acc`.
-    unsafe { dot_f16_lanes_imp(a.as_ptr(), b.as_ptr(), np, step, acc.as_mut_ptr()) };
-    let mut sum = layout.reduce(&acc[..step]) as f64;
+    // SAFETY: features checked; loads stay below `np <= n`.
+    let mut sum = unsafe {
+        match layout {
+            sc::DotLayout::Avx512 => dot_f16_reduce512_imp(a.as_ptr(), b.as_ptr(), np),
+            sc::DotLayout::Avx2 => dot_f16_reduce256_imp(a.as_ptr(), b.as_ptr(), np),
+        }
+    } as f64;
     for i in np..n {
         sum += (a[i].to_f32() * b[i].to_f32()) as f64;
     }
     sum as f32
 }
 
+/// The 64 lanes of ggml's AVX-512 `ggml_vec_dot_f16` (four 16-lane accumulators, here
+/// eight 8-lane ones: accumulator `k` is `v[2k]` low, `v[2k+1]` high) over `np` (a multiple
+/// of 64) elements, reduced in registers in [`sc::DotLayout::reduce`]'s order:
+/// `x0 = acc0 + acc2`, `x1 = acc1 + acc3`, `x0 + x1`, then `_mm512_reduce_add_ps`'s halves.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f16_lanes_imp(a: *const f16, b: *const f16, np: usize, step: usize, acc: *mut f32) {
+unsafe fn dot_f16_reduce512_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
     let mut v = [_mm256_setzero_ps(); 8];
-    let nv = step / 8;
     let mut i = 0;
     while i < np {
-        for (j, vj) in v.iter_mut().enumerate().take(nv) {
+        for (j, vj) in v.iter_mut().enumerate() {
             *vj = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * j)), load_f16x8(b.add(i + 8 * j)), *vj);
         }
-        i += step;
+        i += 64;
     }
-    for (j, vj) in v.iter().enumerate().take(nv) {
-        _mm256_storeu_ps(acc.add(8 * j), *vj);
+    // 16-lane vectors as (low, high) pairs: x = (v0 + v4) + (v2 + v6), (v1 + v5) + (v3 + v7).
+    let lo = _mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6]));
+    let hi = _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7]));
+    // t3[i] = x[8 + i] + x[i]; t6[i] = t3[4 + i] + t3[i]; (t6[0] + t6[2]) + (t6[1] + t6[3]).
+    let t3 = _mm256_add_ps(hi, lo);
+    let t6 = _mm_add_ps(_mm256_extractf128_ps::<1>(t3), _mm256_castps256_ps128(t3));
+    let u = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
+    _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)))
+}
+
+/// The 32 lanes of ggml's AVX2 `ggml_vec_dot_f16` (four 8-lane accumulators) over `np` (a
+/// multiple of 32) elements, reduced in registers in [`sc::DotLayout::reduce`]'s order:
+/// `(acc0 + acc2) + (acc1 + acc3)`, `t[i] = x[i] + x[4 + i]`, `(t0 + t1) + (t2 + t3)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_reduce256_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
+    let mut v = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < np {
+        for (j, vj) in v.iter_mut().enumerate() {
+            *vj = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * j)), load_f16x8(b.add(i + 8 * j)), *vj);
+        }
+        i += 32;
     }
+    let x = _mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3]));
+    let t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+    // [t0 + t1, t2 + t3] then their sum.
+    let u = _mm_add_ps(t, _mm_movehdup_ps(t));
+    _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)))
 }
 
 #[cfg(test)]
@@ -331,7 +362,7 @@ mod dot_ggml_tests {
             (s >> 8) as f32 / (1u32 << 24) as f32 * 8.0 - 4.0
         };
         for layout in [sc::DotLayout::Avx512, sc::DotLayout::Avx2] {
-            for n in [1, 31, 32, 64, 80, 128, 200, 256] {
+            for n in [0, 1, 31, 32, 63, 64, 80, 96, 128, 200, 256, 320] {
                 let a: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
                 let b: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
                 let x = dot_f16_ggml(&a, &b, layout);
