@@ -478,6 +478,8 @@ pub struct CtxOpts {
     pub flash_attn: Option<i32>,
     /// KV cache type (ggml type id) for both K and V.
     pub cache_type: Option<i32>,
+    /// `n_ubatch` (the physical batch a `llama_decode` is cut into; default 512).
+    pub n_ubatch: Option<u32>,
 }
 
 impl CtxOpts {
@@ -499,7 +501,7 @@ impl CtxOpts {
             Some("q8_0") => Some(8),
             Some(v) => bail!("{prefix}CACHE_TYPE={v}: f32, f16 or q8_0"),
         };
-        Ok(CtxOpts { flash_attn, cache_type })
+        Ok(CtxOpts { flash_attn, cache_type, n_ubatch: None })
     }
 }
 
@@ -682,6 +684,9 @@ impl<'a> Model<'a> {
         }
         p.n_ctx = n_ctx;
         p.n_batch = n_ctx;
+        if let Some(ub) = o.n_ubatch {
+            p.n_ubatch = ub;
+        }
         p.n_threads = n_threads;
         p.n_threads_batch = n_threads;
         p.no_perf = true;

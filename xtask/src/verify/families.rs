@@ -5,8 +5,8 @@
 //!
 //! For every family and KV cache type (F16, Q8_0 — K and V alike, on both sides):
 //! - **greedy**, ten prompts (one longer than the files' widest sliding window, 512):
-//!   libllama's 32-token greedy continuation (prompt in one batch, then one token at a
-//!   time) against `gguf run --temp 0 --json` at `-ub` 64 and 512; a prompt passes when the
+//!   libllama's 32-token greedy continuation (the prompt in ubatches of 64 or 512, then one
+//!   token at a time) against `gguf run --temp 0 --json` at the same `-ub`; a prompt passes when the
 //!   prompt tokens and the first 32 generated tokens are identical. Need ≥ 9 of 10.
 //! - **prompt logits**: over each prompt + libllama's continuation, libllama's logits at
 //!   every position (one `llama_decode`, n_ubatch 512) against `gguf logits -ub 512`'s.
@@ -22,9 +22,9 @@
 //! ubatch (measured on SmolLM2-135M Q4_1, llama-perplexity -ub 128 as base: -ub 64 KL 0,
 //! -ub 7 KL 4.8e-3, -ub 1 KL 4.8e-3 with flash attention; without it -ub 7 KL 0, -ub 1 4.5e-3:
 //! different kernels for one row, a few rows and tiles), and the FFI context of
-//! `crate::llama` always decodes with n_ubatch 512. So both sides must run at the same
-//! ubatch, and greedy (whose prompt libllama decodes in one batch) is compared only where
-//! libllama is batch-invariant, ≥ 64.
+//! `crate::llama` decodes with n_ubatch 512 unless told. So both sides run at the same
+//! ubatch: greedy at 64 and 512 (libllama's context given that `n_ubatch`; a prompt's last
+//! partial ubatch takes other weight kernels than a full one, so 64 ≠ 512 in the last bits).
 //!
 //! `--quick` runs three prompts (the long one among them) and three perplexity chunks, and
 //! does not hold the position counts. `XTASK_FAMILIES_KV=f16` (or `q8_0`) runs one cache type. The `gguf` binary is `--gguf BIN`, else
@@ -46,8 +46,7 @@ use crate::synth::{self, Family};
 
 /// Batch sizes (`-ub`) of the perplexity comparison, where both sides run at the same one.
 pub const BATCHES: &[usize] = &[1, 7, 64];
-/// The engine's batch sizes in the greedy comparison (libllama: the prompt in one batch,
-/// which equals its result at any ubatch >= 64, not at 1 or 7).
+/// The batch sizes (`-ub`, libllama's `n_ubatch`) of the greedy comparison.
 pub const GREEDY_BATCHES: &[usize] = &[64, ONE_BATCH];
 /// libllama's default `n_ubatch`: the prompt-logits comparison runs the engine at it too.
 pub const ONE_BATCH: usize = 512;
@@ -314,18 +313,25 @@ fn run_family(
         }
         let mut greedy = vec![Greedy::default(); GREEDY_BATCHES.len()];
         let mut pkl = Kl::default();
-        let mut ctx =
-            model.context_with(N_CTX, threads as i32, &CtxOpts { flash_attn: None, cache_type: Some(kv_id) })?;
+        // one libllama context per greedy batch size: its prompt cut into ubatches of that
+        // size, as the engine's (libllama's weight products differ with the ubatch's rows)
+        let opts = |ub: usize| CtxOpts { flash_attn: None, cache_type: Some(kv_id), n_ubatch: Some(ub as u32) };
+        let mut ctxs = Vec::new();
+        for &batch in GREEDY_BATCHES {
+            ctxs.push(model.context_with(N_CTX, threads as i32, &opts(batch))?);
+        }
+        let mut ctx = model.context_with(N_CTX, threads as i32, &opts(ONE_BATCH))?;
         for (ip, prompt) in prompts.iter().enumerate() {
             let t0 = Instant::now();
             let ptoks = model.tokenize_prompt(prompt)?;
             let gen = ctx.greedy(&ptoks, N_GEN)?;
-            let gen_cmp: &[Token] = match gen.split_last() {
-                Some((&last, rest)) if model.is_eog(last) => rest,
-                _ => &gen[..],
-            };
             let mut line = format!("  [{} kv={kv}] prompt {ip} ({} tokens): greedy", fam.name, ptoks.len());
             for (ib, &batch) in GREEDY_BATCHES.iter().enumerate() {
+                let gen_b = ctxs[ib].greedy(&ptoks, N_GEN)?;
+                let gen_cmp: &[Token] = match gen_b.split_last() {
+                    Some((&last, rest)) if model.is_eog(last) => rest,
+                    _ => &gen_b[..],
+                };
                 let g = &mut greedy[ib];
                 g.prompts += 1;
                 match ours_greedy(gguf, path, prompt, &cell_args(threads, batch.max(ONE_BATCH), batch, kv)) {
