@@ -63,7 +63,7 @@ mod x86 {
     avx2_kernel!(F32, F32, avx2::f32_f32);
     avx2_kernel!(F16, F16, avx2::f16_f16);
     avx2_kernel!(BF16, BF16, avx2::bf16_bf16);
-    avx2_kernel!(Q4_0, Q8_0, avx2::q4_0_q8_0);
+    // Q4_0's AVX2 kernel (with its tile and repacked layout) is in `arch/x86_64/iq4.rs`.
     avx2_kernel!(Q4_1, Q8_1, avx2::q4_1_q8_1);
     avx2_kernel!(Q5_0, Q8_0, avx2::q5_0_q8_0);
     avx2_kernel!(Q5_1, Q8_1, avx2::q5_1_q8_1);
