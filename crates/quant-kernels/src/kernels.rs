@@ -68,11 +68,8 @@ mod x86 {
     avx2_kernel!(Q5_0, Q8_0, avx2::q5_0_q8_0);
     avx2_kernel!(Q5_1, Q8_1, avx2::q5_1_q8_1);
     avx2_kernel!(Q8_0, Q8_0, avx2::q8_0_q8_0);
-    avx2_kernel!(Q2K, Q8K, avx2::q2_k_q8_k);
-    avx2_kernel!(Q3K, Q8K, avx2::q3_k_q8_k);
-    avx2_kernel!(Q4K, Q8K, avx2::q4_k_q8_k);
-    avx2_kernel!(Q5K, Q8K, avx2::q5_k_q8_k);
-    avx2_kernel!(Q6K, Q8K, avx2::q6_k_q8_k);
+    // The K types' AVX2 kernels (their `vec_dot`s from `avx2.rs`, with tiles) are in
+    // `arch/x86_64/kquant_avx2.rs`.
 
     macro_rules! vnni_kernel {
         ($ty:ty, $act:ty, $f:path, $tile:path $(, $repack:expr)?) => {
