@@ -252,3 +252,32 @@ fn matmul_follows_the_products_path_under_the_avx2_cap() {
         }
     }
 }
+
+/// ggml's AVX2 `vec_dot` is what an AVX-512 build runs for one token too, so on a VNNI CPU
+/// the AVX2 kernels' `vec_dot` agrees bit for bit with the VNNI tile's one-token q5_K /
+/// q6_K arithmetic (mirrored independently; q4_K's one-token VNNI path is the repacked
+/// gemv, q2_K/q3_K's calls the AVX2 kernel). Catches e.g. an uncontracted `summs += d·x`
+/// where GCC emits an fma.
+#[test]
+fn vec_dots_agree_with_the_vnni_one_token_kernels() {
+    let mut rng = StdRng::seed_from_u64(35);
+    for ty in [Q5_K, Q6_K] {
+        let (Some(a), Some(v)) =
+            (avx2(ty), kernels_of(ty).iter().find(|k| k.backend == "avx512vnni" && (k.available)()))
+        else {
+            return;
+        };
+        let cols = 6 * 256;
+        let rows = 24;
+        let w = weights(&mut rng, ty, rows, cols);
+        let (_, xq, xrow) = acts(&mut rng, 1, cols);
+        let wrow = w.len() / rows;
+        let tl = Tile { n: cols, w: &w, w_stride: wrow, rows, x: &xq, x_stride: xrow, tokens: 1, ..probe(rows, 1) };
+        let mut yv = vec![0f32; rows];
+        (v.tile.unwrap())(&tl, &mut yv, rows);
+        for r in 0..rows {
+            let got = (a.vec_dot)(cols, &w[r * wrow..][..wrow], &xq[..xrow]);
+            assert_eq!(got.to_bits(), yv[r].to_bits(), "type {ty} row {r}: avx2 {got:e} vnni {:e}", yv[r]);
+        }
+    }
+}
