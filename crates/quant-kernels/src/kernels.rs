@@ -50,7 +50,7 @@ scalar_act!(F32, act::convert_f32);
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::arch::x86_64::{avx2, float512, has_avx2, q4_0x8, vnni};
+    use crate::arch::x86_64::{avx2, float256, float512, has_avx2, q4_0x8, vnni};
 
     macro_rules! avx2_kernel {
         ($ty:ty, $act:ty, $f:path) => {
@@ -60,8 +60,16 @@ mod x86 {
         };
     }
 
-    avx2_kernel!(F32, F32, avx2::f32_f32);
-    avx2_kernel!(F16, F16, avx2::f16_f16);
+    inventory::submit! {
+        Kernel::new(<F32 as GgmlType>::ID, "avx2", 10, <F32 as GgmlType>::ID, avx2::f32_f32)
+            .with_available(has_avx2)
+            .with_tile(float256::f32_tile)
+    }
+    inventory::submit! {
+        Kernel::new(<F16 as GgmlType>::ID, "avx2", 10, <F16 as GgmlType>::ID, avx2::f16_f16)
+            .with_available(has_avx2)
+            .with_tile(float256::f16_tile)
+    }
     avx2_kernel!(BF16, BF16, avx2::bf16_bf16);
     // Q4_0's AVX2 kernel (with its tile and repacked layout) is in `arch/x86_64/iq4.rs`.
     avx2_kernel!(Q4_1, Q8_1, avx2::q4_1_q8_1);

@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 pub mod avx2;
+pub mod float256;
 pub mod float512;
 pub mod iq4;
 pub mod kquant_avx2;
