@@ -50,7 +50,7 @@ scalar_act!(F32, act::convert_f32);
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::arch::x86_64::{avx2, float512, has_avx2, q4_0x8, vnni};
+    use crate::arch::x86_64::{avx2, float256, float512, has_avx2, q4_0x8, vnni};
 
     macro_rules! avx2_kernel {
         ($ty:ty, $act:ty, $f:path) => {
@@ -60,19 +60,24 @@ mod x86 {
         };
     }
 
-    avx2_kernel!(F32, F32, avx2::f32_f32);
-    avx2_kernel!(F16, F16, avx2::f16_f16);
+    inventory::submit! {
+        Kernel::new(<F32 as GgmlType>::ID, "avx2", 10, <F32 as GgmlType>::ID, avx2::f32_f32)
+            .with_available(has_avx2)
+            .with_tile(float256::f32_tile)
+    }
+    inventory::submit! {
+        Kernel::new(<F16 as GgmlType>::ID, "avx2", 10, <F16 as GgmlType>::ID, avx2::f16_f16)
+            .with_available(has_avx2)
+            .with_tile(float256::f16_tile)
+    }
     avx2_kernel!(BF16, BF16, avx2::bf16_bf16);
-    avx2_kernel!(Q4_0, Q8_0, avx2::q4_0_q8_0);
+    // Q4_0's AVX2 kernel (with its tile and repacked layout) is in `arch/x86_64/iq4.rs`.
     avx2_kernel!(Q4_1, Q8_1, avx2::q4_1_q8_1);
     avx2_kernel!(Q5_0, Q8_0, avx2::q5_0_q8_0);
     avx2_kernel!(Q5_1, Q8_1, avx2::q5_1_q8_1);
     avx2_kernel!(Q8_0, Q8_0, avx2::q8_0_q8_0);
-    avx2_kernel!(Q2K, Q8K, avx2::q2_k_q8_k);
-    avx2_kernel!(Q3K, Q8K, avx2::q3_k_q8_k);
-    avx2_kernel!(Q4K, Q8K, avx2::q4_k_q8_k);
-    avx2_kernel!(Q5K, Q8K, avx2::q5_k_q8_k);
-    avx2_kernel!(Q6K, Q8K, avx2::q6_k_q8_k);
+    // The K types' AVX2 kernels (their `vec_dot`s from `avx2.rs`, with tiles) are in
+    // `arch/x86_64/kquant_avx2.rs`.
 
     macro_rules! vnni_kernel {
         ($ty:ty, $act:ty, $f:path, $tile:path $(, $repack:expr)?) => {

@@ -103,15 +103,17 @@ pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usiz
     sc::gemm_fma(c, a, b, m, k, n)
 }
 
-/// `x[i] = exp(x[i])` with ggml-cpu's polynomial `ggml_v_expf` (its softmax's exp),
-/// bit-identical; −∞ gives 0.
+/// `x[i] = exp(x[i])` with ggml-cpu's polynomial `ggml_v_expf` (its softmax's exp) of the
+/// build [`native_dot_layout`] names (AVX-512 and AVX2 round differently), bit-identical;
+/// −∞ gives 0.
 pub fn expf_ggml_inplace(x: &mut [f32]) {
+    let layout = native_dot_layout();
     #[cfg(target_arch = "x86_64")]
     if x86::has_avx2() {
-        return x86::ops::expf_ggml_inplace(x);
+        return x86::ops::expf_ggml_inplace(x, layout);
     }
     for v in x.iter_mut() {
-        *v = sc::expf_ggml(*v);
+        *v = sc::expf_ggml_for(*v, layout);
     }
 }
 

@@ -106,3 +106,44 @@ fn norms_and_activations() {
     ops::scale_inplace(&mut y, 2.0);
     assert_eq!(y, vec![3.0, 5.0]);
 }
+
+/// swiglu and softmax take ggml's vector `expf` of the build the CPU (and the cap) names —
+/// AVX-512's or AVX2's, which round differently — for whole vectors, libm's for the tail.
+#[test]
+fn swiglu_and_softmax_use_the_native_builds_expf() {
+    let layout = ops::native_dot_layout();
+    let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
+    let mut rng = StdRng::seed_from_u64(13);
+    for n in [7usize, 8, 16, 100, 576] {
+        let g0 = vec(&mut rng, n);
+        let u = vec(&mut rng, n);
+        let mut g = g0.clone();
+        ops::silu_mul_inplace(&mut g, &u);
+        let nv = n - n % lanes;
+        for i in 0..n {
+            let e = if i < nv { sc::expf_ggml_for(0.0 - g0[i], layout) } else { (-g0[i]).exp() };
+            assert_eq!(g[i].to_bits(), ((g0[i] / (1.0 + e)) * u[i]).to_bits(), "swiglu {n} {i}");
+        }
+        let mut s = g0.clone();
+        ops::softmax_inplace(&mut s);
+        let m = g0.iter().copied().fold(f32::MIN, f32::max);
+        let mut e: Vec<f32> = g0.iter().map(|v| v - m).collect();
+        for (i, v) in e.iter_mut().enumerate() {
+            *v = if i < nv { sc::expf_ggml_for(*v, layout) } else { v.exp() };
+        }
+        let mut sum = 0f64;
+        for c in e[..nv].chunks(lanes) {
+            sum += match layout {
+                ops::DotLayout::Avx512 => quant_kernels::scalar::dots::reduce16(c.try_into().unwrap()),
+                ops::DotLayout::Avx2 => ((c[4] + c[0]) + (c[6] + c[2])) + ((c[5] + c[1]) + (c[7] + c[3])),
+            } as f64;
+        }
+        for v in &e[nv..] {
+            sum += *v as f64;
+        }
+        let inv = (1.0 / sum) as f32;
+        for i in 0..n {
+            assert_eq!(s[i].to_bits(), (e[i] * inv).to_bits(), "softmax {n} {i}");
+        }
+    }
+}

@@ -332,3 +332,26 @@ pub fn f32_f32_tinyblas(n: usize, w: &[u8], x: &[u8]) -> f32 {
 pub fn f16_f16_tinyblas(n: usize, w: &[u8], x: &[u8]) -> f32 {
     tinyblas_dot(n, |b, i| f16_at(b, 2 * i), w, x)
 }
+
+/// One output of an AVX2 build's tinyBLAS (`tinyBLAS<8, __m256, ..>`: `k % 8 == 0`, row
+/// count a multiple of 4, 2+ tokens): one 8-lane fused accumulator over `k`, then its
+/// `hsum` (halves, then pairs, then neighbours). `elem` reads element `i` of a row.
+fn tinyblas8_dot(n: usize, elem: impl Fn(&[u8], usize) -> f32, w: &[u8], x: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for i in (0..n - n % 8).step_by(8) {
+        for (l, acc) in acc.iter_mut().enumerate() {
+            *acc = elem(w, i + l).mul_add(elem(x, i + l), *acc);
+        }
+    }
+    super::iq4::hsum8(&acc)
+}
+
+/// `tinyblas8_dot` of f32 rows (AVX2 build).
+pub fn f32_f32_tinyblas8(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    tinyblas8_dot(n, |b, i| f32_at(b, 4 * i), w, x)
+}
+
+/// `tinyblas8_dot` of f16 rows (AVX2 build).
+pub fn f16_f16_tinyblas8(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    tinyblas8_dot(n, |b, i| f16_at(b, 2 * i), w, x)
+}

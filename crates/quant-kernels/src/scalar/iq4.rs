@@ -102,6 +102,30 @@ struct B32 {
 }
 
 const NL: B32 = B32 { bytes: IQ4_NL_BYTES, scale: |b| f16_at(b, 0), qs: 2, lut: &KVALUES_IQ4NL };
+/// Q4_0 is IQ4_NL's block (fp16 `d`, 16 bytes of nibbles) with the codebook `q − 8`.
+const Q4: B32 = B32 { bytes: IQ4_NL_BYTES, scale: |b| f16_at(b, 0), qs: 2, lut: &KVALUES_Q4_0 };
+
+/// Q4_0's nibbles as values (`q − 8`): the table llama.cpp's repacked q4_0 kernels look
+/// them up in.
+pub const KVALUES_Q4_0: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7];
+
+/// Q4_0 on an x86 build: repacked (8×8, `gemv/gemm_q4_0_8x8_q8_0`, the IQ4_NL template)
+/// when the row count is a multiple of 8, else `vec_dot` or tinyBLAS (one 8-lane
+/// accumulator, `hsum`: the same arithmetic, reported as [`Path::VecDot`]).
+pub fn q4_0_path(t: &Tile<'_>) -> Path {
+    if t.total_rows.is_multiple_of(8) {
+        Path::Repack
+    } else {
+        Path::VecDot
+    }
+}
+
+/// Q4_0 × Q8_0 along `path`: `Repack`, or `VecDot` / `TinyBlas` (AVX2's
+/// `ggml_vec_dot_q4_0_q8_0` and `tinyBLAS_Q0_AVX`, one accumulator).
+pub fn q4_0_q8_0_path(path: Path, w: &[u8], x: &[u8]) -> f32 {
+    let path = if path == Path::Repack { Path::Repack } else { Path::TinyBlas };
+    b32_dot(&Q4, path, w, x)
+}
 const MX: B32 = B32 { bytes: MXFP4_BYTES, scale: |b| e8m0_to_fp32_half(b[0]), qs: 1, lut: &KVALUES_FP4 };
 
 /// One output of a 32-element block format against Q8_0 activations along `path`.
@@ -245,6 +269,12 @@ fn tile_with(
 pub fn iq4_nl_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let nb = t.n / 32;
     tile_with(t, y, y_stride, iq4_nl_path(t), nb * IQ4_NL_BYTES, nb * Q8_0_BYTES, iq4_nl_q8_0_path)
+}
+
+/// Q4_0 tile along [`q4_0_path`] (the twin of the AVX2 Q4_0 tile kernel).
+pub fn q4_0_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = t.n / 32;
+    tile_with(t, y, y_stride, q4_0_path(t), nb * IQ4_NL_BYTES, nb * Q8_0_BYTES, q4_0_q8_0_path)
 }
 
 /// MXFP4 tile along [`mxfp4_path`].

@@ -5,6 +5,7 @@
 pub mod act;
 pub mod dots;
 pub mod iq4;
+pub mod ktiled;
 pub mod lattice;
 pub mod ops;
 pub mod ternary;

@@ -181,7 +181,48 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     sum as f32
 }
 
-/// ggml-cpu's vectorized `ggml_v_expf` (the polynomial its softmax uses), one lane.
+/// ggml-cpu's vectorized `ggml_v_expf` of `layout`'s build (the polynomial its softmax,
+/// silu and swiglu use), one lane: [`expf_ggml`] (AVX-512) or [`expf_ggml_avx2`].
+pub fn expf_ggml_for(x: f32, layout: DotLayout) -> f32 {
+    match layout {
+        DotLayout::Avx512 => expf_ggml(x),
+        DotLayout::Avx2 => expf_ggml_avx2(x),
+    }
+}
+
+/// `ggml_v_expf` of an AVX2 + FMA build (`__m256`), one lane: the same reduction and
+/// polynomial as [`expf_ggml`] but its last term `c1·b` without the 1, the power of two
+/// added to the exponent bits (`k`) and `k + k·j`, with the two-factor scaling where
+/// `|n| > 126` and 0 / ∞ past 192.
+pub fn expf_ggml_avx2(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // 0x1.715476p+0
+    let n = z - r;
+    let b = (-n).mul_add(f32::from_bits(0x35bf_be8e), (-n).mul_add(f32::from_bits(0x3f31_7200), x));
+    let e = z.to_bits() << 23;
+    let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
+    let u = b * b;
+    let j = f32::from_bits(0x3c07_2010)
+        .mul_add(b, f32::from_bits(0x3d2b_9f17))
+        .mul_add(u, f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb)))
+        .mul_add(u, f32::from_bits(0x3f7f_fff6) * b);
+    // `n` is NaN only for a NaN input: every comparison below is false then (`_CMP_*_OQ`).
+    if n.abs() > 192.0 {
+        let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+        let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
+        return s1 * s1;
+    }
+    if n.abs() > 126.0 {
+        let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+        let s1 = f32::from_bits(g.wrapping_add(0x7f00_0000));
+        let s2 = f32::from_bits(e.wrapping_sub(g));
+        return s2.mul_add(j, s2) * s1;
+    }
+    k.mul_add(j, k)
+}
+
+/// ggml-cpu's vectorized `ggml_v_expf` of an AVX-512 build (the polynomial its softmax
+/// uses), one lane.
 pub fn expf_ggml(x: f32) -> f32 {
     let r = f32::from_bits(0x4b40_0000); // 0x1.8p23
     let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // 0x1.715476p+0

@@ -421,7 +421,8 @@ unsafe fn q5_k_q8_k_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
         let prod = _mm_madd_epi16(_mm256_extracti128_si256::<1>(mins_and_scales), q8s);
         let z = _mm_setzero_si128();
         let hs = _mm_hadd_epi32(_mm_hadd_epi32(prod, z), z);
-        summs += dmin * _mm_extract_epi32::<0>(hs) as f32;
+        // `summs += dmin * hsum`, which GCC contracts to one fma (`-ffp-contract=fast`).
+        summs = dmin.mul_add(_mm_extract_epi32::<0>(hs) as f32, summs);
         let sc128 = _mm256_extracti128_si256::<0>(mins_and_scales);
         let scales = _mm256_set_m128i(sc128, sc128);
         let hbits = load256(b.add(16));

@@ -612,9 +612,23 @@ macro_rules! by_tokens8 {
 /// format.
 #[derive(Clone, Copy)]
 enum Job {
-    B32 { mx: bool, path: u8 },
-    Xs { tiled: bool },
-    B32x8 { mx: bool },
+    B32 {
+        mx: bool,
+        path: u8,
+    },
+    Xs {
+        tiled: bool,
+    },
+    B32x8 {
+        mx: bool,
+    },
+    /// Q4_0 (IQ4_NL's block with the codebook `q − 8`): repacked 8×8 arithmetic on GGUF
+    /// rows (`repack`) or tinyBLAS / `vec_dot`'s (one accumulator).
+    Q4 {
+        repack: bool,
+    },
+    /// Q4_0 rows in the repacked layout.
+    Q4x8,
 }
 
 /// One tile on ISA `M`: the activation set-up into `p`, then `job`'s kernel over rows and
@@ -640,8 +654,15 @@ unsafe fn run<M: Mac>(job: Job, t: &Tile<'_>, y: *mut f32, y_stride: usize, nb: 
         y_stride,
     };
     let mx = matches!(job, Job::B32 { mx: true, .. } | Job::B32x8 { mx: true });
-    let lut = if mx { &KVALUES_FP4 } else { &KVALUES_IQ4NL };
+    let lut = match job {
+        Job::Q4 { .. } | Job::Q4x8 => &s::KVALUES_Q4_0,
+        _ if mx => &KVALUES_FP4,
+        _ => &KVALUES_IQ4NL,
+    };
     match job {
+        Job::Q4 { repack: true } => by_rows8!(t, args, lut, b32_rep8, [false]),
+        Job::Q4 { repack: false } => by_tokens!(t, args, lut, b32_imp, false, P_TINY),
+        Job::Q4x8 => by_tokens8!(t, args, lut, b32x8_imp, false),
         Job::B32 { mx: false, path: P_REPACK } => by_rows8!(t, args, lut, b32_rep8, [false]),
         Job::B32 { mx: true, path: P_REPACK } => by_rows8!(t, args, lut, b32_rep8, [true]),
         Job::B32 { mx: false, path: P_TINY } => by_tokens!(t, args, lut, b32_imp, false, P_TINY),
@@ -789,6 +810,63 @@ fn b32x8_tile<M: Mac, const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usi
     // SAFETY: `check_tile` bounds every group (`rows · w_stride` bytes), activation row and
     // output the kernel touches and checks the CPU features.
     with_prep(|p| unsafe { run::<M>(Job::B32x8 { mx: MX }, t, y.as_mut_ptr(), y_stride, nb, p) });
+}
+
+/// A Q4_0 tile on ISA `M` along [`s::q4_0_path`], on GGUF rows (`REPACKED == false`) or on
+/// rows in the repacked layout (whole 8-row groups).
+fn q4_0_tile_on<M: Mac, const REPACKED: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let nb = check_tile(t, y, y_stride, M::available(), M::NAME, 32, IQ4_NL_BYTES, Q8_0_BYTES);
+    if REPACKED {
+        assert!(t.rows.is_multiple_of(8) && t.w_stride == IQ4_NL_BYTES * nb, "repacked tile: whole 8-row groups");
+    }
+    if t.rows == 0 || t.tokens == 0 {
+        return;
+    }
+    let job = if REPACKED { Job::Q4x8 } else { Job::Q4 { repack: s::q4_0_path(t) == Path::Repack } };
+    // SAFETY: `check_tile` verified that every weight row (or 8-row group), activation row
+    // and output the kernels touch is in bounds and that the CPU has the ISA's features.
+    with_prep(|p| unsafe { run::<M>(job, t, y.as_mut_ptr(), y_stride, nb, p) });
+}
+
+/// Q4_0 on AVX2 in the arithmetic of llama.cpp's AVX2 build: its repacked 8×8 kernels
+/// (the IQ4_NL template with Q4_0's codebook) for matrices of 8k rows — on GGUF rows or on
+/// rows repacked at load ([`Q4_0_LAYOUT`]) — and `vec_dot` / tinyBLAS (one accumulator)
+/// otherwise. The VNNI build has its own (`vnni.rs`, `q4_0x8.rs`).
+pub mod q4_0_avx2 {
+    use super::*;
+
+    /// Q4_0 × Q8_0 tile along [`s::q4_0_path`] (twin: [`s::q4_0_tile`]).
+    pub fn q4_0_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+        q4_0_tile_on::<Avx2, false>(t, y, y_stride)
+    }
+
+    /// Tile over repacked Q4_0 rows (whole 8-row groups) × Q8_0.
+    pub fn q4_0x8_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+        q4_0_tile_on::<Avx2, true>(t, y, y_stride)
+    }
+
+    /// Q4_0 rows → 8-row groups (IQ4_NL's layout: the blocks have the same shape).
+    pub fn repack_q4_0(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+        repack_b32(w, rows, cols, IQ4_NL_BYTES, 2)
+    }
+
+    /// The layout, owned by the AVX2 Q4_0 kernel.
+    pub const Q4_0_LAYOUT: crate::registry::Repack =
+        crate::registry::Repack { name: "q4_0x8", applies: repack_applies, repack: repack_q4_0, tile: q4_0x8_tile };
+
+    mod registration {
+        use super::*;
+        use crate::registry::Kernel;
+        use ggml_quants::types::{q4_0::Q4_0, q8_0::Q8_0};
+        use ggml_quants::GgmlType;
+
+        inventory::submit! {
+            Kernel::new(<Q4_0 as GgmlType>::ID, "avx2", 10, <Q8_0 as GgmlType>::ID, super::super::super::avx2::q4_0_q8_0)
+                .with_available(has_avx2)
+                .with_tile(q4_0_tile)
+                .with_repack(Q4_0_LAYOUT)
+        }
+    }
 }
 
 /// The public tile and `vec_dot` functions on one ISA, and their registrations (with the

@@ -8,6 +8,7 @@ use half::f16;
 
 use super::has_avx2;
 use crate::scalar::ops as sc;
+use crate::scalar::ops::DotLayout;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -286,7 +287,7 @@ mod f16_acc_tests {
 
 /// [`crate::scalar::ops::dot_f16_ggml`] with the lane sums computed by AVX2 FMAs (lanes
 /// are independent, so the result is bit-identical to the scalar twin).
-pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: sc::DotLayout) -> f32 {
+pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     let n = a.len().min(b.len());
     if !has_avx2() {
         return sc::dot_f16_ggml(&a[..n], &b[..n], layout);
@@ -458,16 +459,77 @@ unsafe fn gemm_fma_rows(
     }
 }
 
-/// [`crate::scalar::ops::expf_ggml`] on 8 lanes at a time, in place.
-pub fn expf_ggml_inplace(x: &mut [f32]) {
+/// [`crate::scalar::ops::expf_ggml_for`] `layout` on 8 lanes at a time, in place.
+pub fn expf_ggml_inplace(x: &mut [f32], layout: DotLayout) {
     if !has_avx2() {
         for v in x.iter_mut() {
-            *v = sc::expf_ggml(*v);
+            *v = sc::expf_ggml_for(*v, layout);
         }
         return;
     }
     // SAFETY: features checked; loads and stores stay below `x.len()`.
-    unsafe { expf_ggml_imp(x.as_mut_ptr(), x.len()) }
+    unsafe {
+        match layout {
+            DotLayout::Avx512 => expf_ggml_imp(x.as_mut_ptr(), x.len()),
+            DotLayout::Avx2 => expf_avx2_imp(x.as_mut_ptr(), x.len()),
+        }
+    }
+}
+
+/// ggml's AVX2 `ggml_v_expf`, intrinsic for intrinsic (twin:
+/// [`crate::scalar::ops::expf_ggml_avx2`]); a tail under 8 lanes through the twin.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn expf_avx2_imp(x: *mut f32, len: usize) {
+    let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    let r = c(0x4b40_0000);
+    let mut i = 0;
+    while i + 8 <= len {
+        let v = _mm256_loadu_ps(x.add(i));
+        let z = _mm256_fmadd_ps(v, c(0x3fb8_aa3b), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), v));
+        let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+        let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0))));
+        let absn = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+        let cm = _mm256_cmp_ps::<_CMP_GT_OQ>(absn, _mm256_set1_ps(126.0));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            u,
+            _mm256_mul_ps(c(0x3f7f_fff6), b),
+        );
+        let out = if _mm256_movemask_ps(cm) == 0 {
+            _mm256_fmadd_ps(j, k, k)
+        } else {
+            let g = _mm256_and_si256(
+                _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+                _mm256_set1_epi32(0x8200_0000u32 as i32),
+            );
+            let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f00_0000)));
+            let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+            let d = _mm256_cmp_ps::<_CMP_GT_OQ>(absn, _mm256_set1_ps(192.0));
+            _mm256_or_ps(
+                _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+                _mm256_andnot_ps(
+                    d,
+                    _mm256_or_ps(
+                        _mm256_and_ps(cm, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                        _mm256_andnot_ps(cm, _mm256_fmadd_ps(k, j, k)),
+                    ),
+                ),
+            )
+        };
+        _mm256_storeu_ps(x.add(i), out);
+        i += 8;
+    }
+    while i < len {
+        *x.add(i) = sc::expf_ggml_avx2(*x.add(i));
+        i += 1;
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -547,15 +609,29 @@ mod tiled_tests {
         }
         let mut xs: Vec<f32> = (0..1000).map(|i| (i as f32 - 900.0) * 0.13).collect();
         xs.extend([f32::NEG_INFINITY, 0.0, -0.0, 88.0, -87.5, -100.0, -150.0]);
-        let want: Vec<f32> = xs.iter().map(|&x| sc::expf_ggml(x)).collect();
-        expf_ggml_inplace(&mut xs);
-        assert_eq!(
-            xs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-        );
-        for (x, w) in (0..1000).map(|i| (i as f32 - 900.0) * 0.13).zip(&want) {
-            let e = x.exp();
-            assert!((w - e).abs() <= 4e-7 * e.max(1e-30), "{x}: {w} vs {e}");
+        // Past ±126 and ±192 (the two-factor scaling and the 0 / ∞ lanes of the AVX2 form)
+        // and whole vectors of only in-range lanes (its fast return).
+        xs.extend([-95.0, -90.0, -88.0, 87.0, 88.5, 89.0, 100.0, 140.0, f32::INFINITY]);
+        xs.extend((0..16).map(|i| i as f32 * 0.25 - 2.0));
+        for layout in [DotLayout::Avx512, DotLayout::Avx2] {
+            let want: Vec<f32> = xs.iter().map(|&x| sc::expf_ggml_for(x, layout)).collect();
+            let mut got = xs.clone();
+            expf_ggml_inplace(&mut got, layout);
+            assert_eq!(
+                got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "{layout:?}"
+            );
+            for (x, w) in (0..1000).map(|i| (i as f32 - 900.0) * 0.13).zip(&want) {
+                let e = x.exp();
+                assert!((w - e).abs() <= 4e-7 * e.max(1e-30), "{layout:?} {x}: {w} vs {e}");
+            }
+            let mut nan = [f32::NAN; 9];
+            expf_ggml_inplace(&mut nan, layout);
+            assert!(nan.iter().all(|v| v.is_nan()) && sc::expf_ggml_for(f32::NAN, layout).is_nan());
         }
+        // The two forms round differently somewhere (the reason ggml's builds differ).
+        let differ = (0..100_000).map(|i| i as f32 * 1e-3 - 50.0).any(|x| sc::expf_ggml(x) != sc::expf_ggml_avx2(x));
+        assert!(differ, "the AVX2 and AVX-512 expf agree everywhere");
     }
 }
