@@ -467,6 +467,33 @@ pub const FAMILIES: &[Family] = &[
         kv: &[],
     },
     Family {
+        name: "gemma2",
+        arch: "gemma2",
+        layout: "gemma-2-2b (2304 wide, 8 heads / 4 KV heads of 256, FFN 9216, rope base 10000, tied output; \
+                 attention soft-cap 50, final soft-cap 30; window 512 instead of 4096 on layers 0 and 2 of 4), \
+                 gemma-3-270m's vocab (Gemma 2's SPM is not among the fixtures)",
+        moe: false,
+        vocab: VocabSource::Model("gemma3-270m"),
+        n_layer: 4,
+        n_embd: 2304,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 256,
+        n_ff: 9216,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10000.0,
+        rms_eps: 1e-6,
+        ctx: 8192,
+        features: &[Feature::PostNorms, Feature::HeadDimKeys],
+        kv: &[
+            ("attention.sliding_window", Kv::U32(512)),
+            ("attn_logit_softcapping", Kv::F32(50.0)),
+            ("final_logit_softcapping", Kv::F32(30.0)),
+        ],
+    },
+    Family {
         name: "gemma3",
         arch: "gemma3",
         layout: "gemma-3-270m (640 wide, 4 heads / 1 KV head of 256, FFN 2048, window 512, local base 10000), its vocab; \

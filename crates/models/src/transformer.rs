@@ -1,5 +1,5 @@
-//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe, gemma3, smollm3,
-//! granite and olmo2 share, assembled from the public [`crate::blocks`]: RMSNorm, GQA
+//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe, gemma2, gemma3,
+//! smollm3, granite and olmo2 share, assembled from the public [`crate::blocks`]: RMSNorm, GQA
 //! attention with RoPE over a KV cache, SwiGLU/GeGLU or top-k MoE FFN. Architectures differ only in the [`Spec`] they
 //! build from their metadata.
 
@@ -59,6 +59,9 @@ pub struct Spec {
     pub swa: Option<Swa>,
     /// Final logit soft-capping.
     pub final_softcap: Option<f32>,
+    /// Soft-capping of the attention scores (gemma2's `attn_logit_softcapping`), inside
+    /// the attention as ggml's flash attention applies it ([`crate::blocks::attend_softcap`]).
+    pub attn_softcap: Option<f32>,
     /// Normalize the top-k expert weights to sum to one.
     pub moe_norm_weights: bool,
     /// Layers without rope (NoPE: smollm3's every 4th); empty: every layer ropes.
@@ -90,6 +93,7 @@ impl Spec {
             scale_q: false,
             swa: None,
             final_softcap: None,
+            attn_softcap: None,
             moe_norm_weights: true,
             nope_layers: Vec::new(),
             residual_scale: None,
@@ -189,6 +193,7 @@ impl Transformer {
             attn.window = if swa { spec.swa.as_ref().map(|s| s.window) } else { None };
             attn.scale = spec.attn_scale.unwrap_or(attn.scale);
             attn.scale_q = spec.scale_q;
+            attn.softcap = spec.attn_softcap;
             let post = |s: &str| if spec.post_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
             let post_attn_norm = post("post_attention_norm.weight")?;
             let ffn_norm = pre("ffn_norm.weight")?;
@@ -402,8 +407,10 @@ impl Transformer {
         }
         dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
+            // ggml_scale(1/c), ggml_tanh, ggml_scale(c): a product by the f32 reciprocal.
+            let inv = 1.0 / c;
             for l in out.iter_mut() {
-                *l = (*l / c).tanh() * c;
+                *l = (*l * inv).tanh() * c;
             }
         }
         let nv = self.tok_embd.n_vocab();

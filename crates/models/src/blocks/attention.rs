@@ -98,6 +98,9 @@ pub struct Attention {
     /// Apply the scale to q after rope (gemma's `ggml_scale(Qcur)`) rather than inside
     /// the attention; the rounding differs, so this follows the reference graph.
     pub scale_q: bool,
+    /// Soft-cap of the attention scores, `c·tanh(s/c)` (gemma2's
+    /// `attn_logit_softcapping`); `None`: off.
+    pub softcap: Option<f32>,
 }
 
 impl Attention {
@@ -128,6 +131,7 @@ impl Attention {
             window: None,
             scale: 1.0 / (head_k as f32).sqrt(),
             scale_q: false,
+            softcap: None,
         })
     }
 
@@ -190,7 +194,7 @@ impl Attention {
         o.resize(pass.rows.n_rows() * nh * hv, 0.0);
         let views: Vec<SeqView<'_>> =
             seqs.iter().map(|s| SeqView { row0: s.row0, n: s.n, pos0: s.pos0, k: &*s.k, v: &*s.v }).collect();
-        attend(pass.pool, self.heads, &views, q, scale, self.window, o);
+        attend_softcap(pass.pool, self.heads, &views, q, scale, self.softcap, self.window, o);
         dump(&format!("kqv_out-{il}"), o);
         self.wo.product(pass, o, out)?;
         add_bias(out, self.wo.bias());
@@ -217,6 +221,29 @@ pub fn attend(
     window: Option<usize>,
     o: &mut [f32],
 ) {
+    attend_softcap(pool, heads, seqs, q, scale, None, window, o)
+}
+
+/// [`attend`] with the scores soft-capped at `softcap` (`Some(c)`, c ≠ 0), where and as
+/// ggml's flash-attention kernels cap them: the scale is divided by `c` once (`scale /=
+/// softcap`), then each score is `c·tanhf(k·q·scale)` before the mask and the softmax —
+/// per score in the one-chunk and split paths, per 64×64 tile (`ggml_vec_tanh_f32`, then
+/// `ggml_vec_scale_f32` by `c`) in the tiled one.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_softcap(
+    pool: &Pool,
+    heads: Heads,
+    seqs: &[SeqView<'_>],
+    q: &[f32],
+    scale: f32,
+    softcap: Option<f32>,
+    window: Option<usize>,
+    o: &mut [f32],
+) {
+    let (scale, cap) = match softcap {
+        Some(c) if c != 0.0 => (scale / c, c),
+        _ => (scale, 0.0),
+    };
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
     let f16_kv = |s: &SeqView<'_>| s.k.cache_type() == CacheType::F16 && s.v.cache_type() == CacheType::F16;
@@ -233,7 +260,7 @@ pub fn attend(
             pool.for_each(nh * n_qt, &|i| {
                 let (head, qt) = (i % nh, i / nh);
                 let rows = qt * TILE..(qt * TILE + TILE).min(n);
-                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
+                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0 };
                 attend_tiled(kc, vc, &geo, rows, qs, os);
             });
         } else {
@@ -271,7 +298,7 @@ pub fn attend(
             let r = r0 + t;
             let src = &q[(r * nh + head) * hk..(r * nh + head + 1) * hk];
             let mut out = outs[r * nh + head].lock().unwrap_or_else(|e| e.into_inner());
-            let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
+            let view = HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos };
             if f16_path {
                 let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
                 let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
@@ -302,8 +329,20 @@ struct HeadView<'a> {
     hk: usize,
     hv: usize,
     scale: f32,
+    /// Score soft-cap (0: off); `scale` is already divided by it.
+    cap: f32,
     lo: usize,
     pos: usize,
+}
+
+/// `c·tanhf(x)` when the soft-cap `c` is on (ggml: `s = logit_softcap*tanhf(s)`).
+#[inline]
+fn capped(x: f32, cap: f32) -> f32 {
+    if cap != 0.0 {
+        cap * x.tanh()
+    } else {
+        x
+    }
 }
 
 /// One query head over every cell of its window in one chunk, as ggml's
@@ -313,7 +352,7 @@ struct HeadView<'a> {
 /// K type's own `vec_dot`, an online softmax, V accumulated in f16 (F16 V) or in f32 after
 /// `to_float` (others) with fused multiply-adds, then divided by the sum.
 fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
-    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos } = *h;
     let layout = ops::native_dot_layout();
     let (k_off, v_off) = (kvh * hk, kvh * hv);
     sc.tmp.resize(hk.max(hv), 0.0);
@@ -350,6 +389,7 @@ fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f3
             },
             _ => kc.dot(j, k_off, q, &mut sc.tmp),
         } * scale;
+        let x = capped(x, cap);
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if x > m {
             let old = m;
@@ -412,6 +452,8 @@ struct TileGeometry {
     hk: usize,
     hv: usize,
     scale: f32,
+    /// Score soft-cap (0: off); `scale` is already divided by it.
+    cap: f32,
     window: Option<usize>,
     p0: usize,
 }
@@ -431,7 +473,7 @@ fn attend_tiled(
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, window, p0 } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0 } = *g;
     let r = rows.len();
     let layout = ops::native_dot_layout();
     let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
@@ -475,6 +517,10 @@ fn attend_tiled(
         kq.fill(0.0);
         ops::gemm_fma(&mut kq, &qt, &kt, r, hk, TILE);
         ops::scale_inplace(&mut kq, scale);
+        if cap != 0.0 {
+            kq.iter_mut().for_each(|x| *x = x.tanh());
+            ops::scale_inplace(&mut kq, cap);
+        }
         for i in 0..r {
             let (lo, pos) = (lo_of(i), pos_of(i));
             let row = &mut kq[i * TILE..(i + 1) * TILE];
@@ -520,7 +566,7 @@ fn attend_tiled(
 /// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
 /// as `ggml_flash_attn_ext_reduce_partials`.
 fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: &mut [f32]) {
-    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos } = *h;
     let layout = ops::native_dot_layout();
     sc.q16.clear();
     sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
@@ -541,7 +587,7 @@ fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: 
             let (Some(kr), Some(vr)) = (kc.f16_slice(j, kvh * hk, hk), vc.f16_slice(j, kvh * hv, hv)) else {
                 return;
             };
-            let x = ops::dot_f16_ggml(kr, &sc.q16, layout) * scale;
+            let x = capped(ops::dot_f16_ggml(kr, &sc.q16, layout) * scale, cap);
             let (mut ms, mut vs) = (1.0f32, 1.0f32);
             if x > m {
                 let old = m;
