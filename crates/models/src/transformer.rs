@@ -76,6 +76,14 @@ pub struct Spec {
     /// With `qk_norm`: one RMSNorm over all heads of Q (and of K) at once, `attn_q_norm`
     /// `n_head × head_k` wide (olmo2), instead of one per head.
     pub qk_norm_whole: bool,
+    /// Gate and up fused in `ffn_up` (`2·n_ff` rows, gate first; no `ffn_gate`): phi3.
+    pub ffn_fused_up: bool,
+    /// Rope frequency factors of every layer, instead of the file's `rope_freqs.weight`
+    /// (phi3: `rope_factors_short` or `rope_factors_long`).
+    pub freq_factors: Option<Vec<f32>>,
+    /// The largest context a state may have (phi3 with LongRoPE factors: the factors
+    /// loaded are those of contexts up to this).
+    pub max_ctx: Option<usize>,
 }
 
 impl Spec {
@@ -100,6 +108,9 @@ impl Spec {
             logit_scale: None,
             pre_norms: true,
             qk_norm_whole: false,
+            ffn_fused_up: false,
+            freq_factors: None,
+            max_ctx: None,
         }
     }
 }
@@ -150,13 +161,13 @@ impl Transformer {
         };
         let output_norm = RmsNorm::load(&ld, "output_norm.weight", e, eps)?;
         let heads = Heads { n_head: hp.n_head, n_head_kv: hp.n_head_kv, head_k: hp.head_k, head_v: hp.head_v };
-        let rope_freqs = ld.opt_vector("rope_freqs.weight", (hp.n_rot / 2) as u64)?;
+        let rope_freqs = match &spec.freq_factors {
+            Some(f) => Some(f.clone()),
+            None => ld.opt_vector("rope_freqs.weight", (hp.n_rot / 2) as u64)?,
+        };
         let mut layers = Vec::with_capacity(hp.n_layer);
         for il in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
-            if ld.has(&n("attn_qkv.weight")) {
-                return Err(Error::Unsupported(format!("fused `{}` is not supported yet", n("attn_qkv.weight"))));
-            }
             let mut ffn = if hp.n_expert > 0 {
                 if hp.n_expert_used == 0 {
                     return Err(Error::MissingKey(ld.key("expert_used_count")));
@@ -171,7 +182,11 @@ impl Transformer {
                 if hp.n_ff[il] == 0 {
                     return Err(Error::MissingKey(ld.key("feed_forward_length")));
                 }
-                Ffn::Dense(GatedFfn::load(&ld, il, e, hp.n_ff[il], spec.activation)?)
+                if spec.ffn_fused_up {
+                    Ffn::Dense(GatedFfn::load_fused(&ld, il, e, hp.n_ff[il], spec.activation)?)
+                } else {
+                    Ffn::Dense(GatedFfn::load(&ld, il, e, hp.n_ff[il], spec.activation)?)
+                }
             };
             let swa = spec.swa.as_ref().is_some_and(|s| s.layers[il]);
             let (base, scale) = match (&spec.swa, swa) {
@@ -185,7 +200,13 @@ impl Transformer {
                 // No rotated dimensions: rope is the identity, as llama.cpp skipping it.
                 rope.n_rot = 0;
             }
-            let mut attn = Attention::load(&ld, il, e, heads, spec.qk_norm && !spec.qk_norm_whole, eps, rope)?;
+            let per_head_norm = spec.qk_norm && !spec.qk_norm_whole;
+            // llama.cpp's `create_tensor_qkv`: a fused `attn_qkv` wherever the file has one.
+            let mut attn = if ld.has(&n("attn_qkv.weight")) {
+                Attention::load_fused(&ld, il, e, heads, per_head_norm, eps, rope)?
+            } else {
+                Attention::load(&ld, il, e, heads, per_head_norm, eps, rope)?
+            };
             if spec.qk_norm && spec.qk_norm_whole {
                 attn.q_norm = Some(RmsNorm::load(&ld, &n("attn_q_norm.weight"), hp.n_head * hp.head_k, eps)?);
                 attn.k_norm = Some(RmsNorm::load(&ld, &n("attn_k_norm.weight"), hp.n_head_kv * hp.head_k, eps)?);
@@ -463,6 +484,12 @@ impl Model for Transformer {
     fn new_state(&self, opts: &StateOptions) -> Result<Box<dyn State>> {
         let hp = &self.hp;
         let n_ctx = if opts.n_ctx == 0 { hp.n_ctx_train } else { opts.n_ctx };
+        if let Some(max) = self.spec.max_ctx.filter(|&m| n_ctx > m) {
+            return Err(Error::Unsupported(format!(
+                "{}: a context of {n_ctx} needs the long rope factors, which are not supported yet; use -c {max} or less",
+                self.arch
+            )));
+        }
         crate::kv_cache::check_head_widths(opts.cache_type_k, opts.cache_type_v, hp.head_k, hp.head_v)?;
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;

@@ -439,10 +439,185 @@ fn attention_soft_cap_matches_a_reference_on_every_path() {
     }
 }
 
+// ---- phi3 ----
+
+/// How [`phi3_file`] lays its weights out.
+#[derive(Clone, Copy, PartialEq)]
+enum Phi3Layout {
+    /// phi3: fused `attn_qkv` and gate+up `ffn_up`.
+    Fused,
+    /// phi3 with separate `attn_q`/`attn_k`/`attn_v` (fused `ffn_up`).
+    SeparateQkv,
+    /// The same numbers as a qwen2 file: separate Q/K/V, `ffn_gate` and `ffn_up`.
+    Qwen2,
+}
+
+/// A 2-layer phi3 file (64 wide, 4 heads / 2 KV heads of 16, FFN 96, 50 tokens) whose
+/// numbers do not depend on `layout`; `factors` adds LongRoPE short/long factors (original
+/// context 32), `skip` leaves a tensor out, `extra` adds keys, `tensors` adds F32 tensors.
+fn phi3_file(
+    path: &std::path::Path,
+    layout: Phi3Layout,
+    factors: Option<(f32, f32)>,
+    skip: Option<&str>,
+    extra: &[(&str, Value)],
+    tensors: &[(&str, Vec<u64>)],
+) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
+    let arch = if layout == Phi3Layout::Qwen2 { "qwen2" } else { "phi3" };
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", arch);
+    for (k, v) in [
+        ("block_count", 2),
+        ("embedding_length", e),
+        ("feed_forward_length", ff),
+        ("attention.head_count", nh),
+        ("attention.head_count_kv", nkv),
+        ("context_length", 256),
+        ("rope.scaling.original_context_length", 32),
+    ] {
+        w.add_kv(&format!("{arch}.{k}"), v as u32);
+    }
+    w.add_kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-5f32);
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let mut rand_vec =
+        |n: u64, mean: f32| -> Vec<f32> { (0..n).map(|_| mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
+    let mut put = |name: &str, dims: &[u64], v: &[f32]| {
+        if skip != Some(name) {
+            w.add_tensor_owned(name, dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        }
+    };
+    let t = rand_vec(e * nv, 0.0);
+    put("token_embd.weight", &[e, nv], &t);
+    if let Some((short, long)) = factors {
+        put("rope_factors_short.weight", &[hd / 2], &vec![short; hd as usize / 2]);
+        put("rope_factors_long.weight", &[hd / 2], &vec![long; hd as usize / 2]);
+    }
+    for il in 0..2 {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        put(&p("attn_norm.weight"), &[e], &rand_vec(e, 1.0));
+        // rows of `cols` numbers: a part of a fused matrix is a range of its rows
+        let (qd, kd) = (nh * hd, nkv * hd);
+        let qkv = rand_vec(e * (qd + 2 * kd), 0.0);
+        if layout == Phi3Layout::Fused {
+            put(&p("attn_qkv.weight"), &[e, qd + 2 * kd], &qkv);
+        } else {
+            let (q, rest) = qkv.split_at((e * qd) as usize);
+            let (k, v) = rest.split_at((e * kd) as usize);
+            put(&p("attn_q.weight"), &[e, qd], q);
+            put(&p("attn_k.weight"), &[e, kd], k);
+            put(&p("attn_v.weight"), &[e, kd], v);
+        }
+        put(&p("attn_output.weight"), &[qd, e], &rand_vec(qd * e, 0.0));
+        put(&p("ffn_norm.weight"), &[e], &rand_vec(e, 1.0));
+        let up = rand_vec(e * 2 * ff, 0.0);
+        if layout == Phi3Layout::Qwen2 {
+            let (g, u) = up.split_at((e * ff) as usize);
+            put(&p("ffn_gate.weight"), &[e, ff], g);
+            put(&p("ffn_up.weight"), &[e, ff], u);
+        } else {
+            put(&p("ffn_up.weight"), &[e, 2 * ff], &up);
+        }
+        put(&p("ffn_down.weight"), &[ff, e], &rand_vec(ff * e, 0.0));
+    }
+    put("output_norm.weight", &[e], &rand_vec(e, 1.0));
+    for (name, dims) in tensors {
+        let n = dims.iter().product();
+        put(name, dims, &rand_vec(n, 1.0));
+    }
+    w.write_to_path(path).unwrap();
+}
+
+/// The logits of `tokens` (every position) for a [`phi3_file`] at a context of 32.
+fn phi3_logits(layout: Phi3Layout, factors: Option<(f32, f32)>, tokens: &[u32]) -> (String, usize, Vec<f32>) {
+    let (_d, p) = tmp("phi3.gguf");
+    phi3_file(&p, layout, factors, None, &[], &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let mut st = model.new_state(&StateOptions { n_ctx: 32, n_threads: 1, ..Default::default() }).unwrap();
+    let all = model.forward(st.as_mut(), tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    (model.arch().to_string(), model.n_vocab(), all)
+}
+
+#[test]
+fn phi3_fused_projections_compute_the_separate_ones() {
+    let tokens = [3u32, 14, 15, 9, 26, 5];
+    let (arch, _, fused) = phi3_logits(Phi3Layout::Fused, None, &tokens);
+    assert_eq!(arch, "phi3");
+    let (_, _, separate) = phi3_logits(Phi3Layout::SeparateQkv, None, &tokens);
+    // The same rows in one product or three (the kernels pick one arithmetic for
+    // both here: every row count a multiple of 4 — llama.cpp fuses for the product's sake).
+    assert!(!rows_differ(&fused, &separate));
+    // As qwen2 (NeoX rope, separate gate and up, the scale 1/4 on the scores instead of
+    // on q — a power of two, exact either way): the llama block of the same numbers.
+    let (arch, _, qwen2) = phi3_logits(Phi3Layout::Qwen2, None, &tokens);
+    assert_eq!(arch, "qwen2");
+    assert!(!rows_differ(&fused, &qwen2));
+}
+
+#[test]
+fn phi3_short_rope_factors_apply_up_to_the_original_context() {
+    let tokens = [3u32, 14, 15, 9, 26, 5];
+    let (_, v, plain) = phi3_logits(Phi3Layout::Fused, None, &tokens);
+    let (_, _, short) = phi3_logits(Phi3Layout::Fused, Some((4.0, 1.0)), &tokens);
+    // Factors divide the rope frequencies: position 0 (angle 0) alike, later positions not.
+    assert_eq!(short[..v], plain[..v]);
+    assert!(rows_differ(&short[v..], &plain[v..]));
+    // The long factors are not used at a context of 32 (= the original one).
+    let (_, _, other_long) = phi3_logits(Phi3Layout::Fused, Some((4.0, 9.0)), &tokens);
+    assert_eq!(other_long, short);
+    // Short factors of 1 are no factors.
+    let (_, _, ones) = phi3_logits(Phi3Layout::Fused, Some((1.0, 9.0)), &tokens);
+    assert_eq!(ones, plain);
+    // A longer context would need the long factors: refused, naming the limit.
+    let (_d, p) = tmp("phi3.gguf");
+    phi3_file(&p, Phi3Layout::Fused, Some((4.0, 9.0)), None, &[], &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let err = model.new_state(&StateOptions { n_ctx: 33, n_threads: 1, ..Default::default() }).err().unwrap();
+    assert!(err.to_string().contains("-c 32"), "{err}");
+}
+
+#[test]
+fn phi3_bad_input_is_named() {
+    let (_d, p) = tmp("phi3.gguf");
+    let load_err = |p: &std::path::Path| gguf_models::load(p).err().expect("must not load").to_string();
+    for name in ["blk.1.ffn_up.weight", "blk.0.ffn_down.weight", "output_norm.weight"] {
+        phi3_file(&p, Phi3Layout::Fused, None, Some(name), &[], &[]);
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    // Without the fused attn_qkv the separate projections are looked for.
+    phi3_file(&p, Phi3Layout::Fused, None, Some("blk.1.attn_qkv.weight"), &[], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.1.attn_q.weight"), "{err}");
+    // A qwen2 file relabelled phi3: its keys are under `qwen2.`.
+    phi3_file(&p, Phi3Layout::Qwen2, None, None, &[("general.architecture", Value::from("phi3"))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("phi3.block_count"), "{err}");
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[("phi3.feed_forward_length", Value::U32(64))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.0.ffn_up.weight"), "{err}");
+    // Q must be n_embd wide: 8 heads of 16 are not.
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[("phi3.attention.key_length", Value::U32(8))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("n_embd 64 / 4 heads"), "{err}");
+    // Rope factors of the wrong length, and the llama-style rope_freqs phi3 does not read.
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[], &[("rope_factors_short.weight", vec![4])]);
+    let err = load_err(&p);
+    assert!(err.contains("rope_factors_short.weight"), "{err}");
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[], &[("rope_freqs.weight", vec![8])]);
+    let err = load_err(&p);
+    assert!(err.contains("rope_freqs.weight"), "{err}");
+}
+
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2", "gemma2"] {
+    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());

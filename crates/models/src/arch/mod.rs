@@ -7,6 +7,7 @@ mod gemma3;
 mod granite;
 mod llama;
 mod olmo2;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;

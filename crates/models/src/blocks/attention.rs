@@ -85,6 +85,10 @@ pub struct Attention {
     pub wv: Linear,
     /// Output projection.
     pub wo: Linear,
+    /// Q, K and V in one matrix (`attn_qkv`, Q rows first, then K, then V) with its bias
+    /// (or the three biases of `wq`/`wk`/`wv`): when set, one product computes all three,
+    /// as llama.cpp's fused path does, and `wq`/`wk`/`wv` are views of its rows.
+    pub wqkv: Option<Linear>,
     /// Per-head RMSNorm of Q before rope.
     pub q_norm: Option<RmsNorm>,
     /// Per-head RMSNorm of K before rope.
@@ -125,6 +129,7 @@ impl Attention {
             wk: Linear::load(ld, &n("attn_k"), n_embd, head_k * n_head_kv)?,
             wv: Linear::load(ld, &n("attn_v"), n_embd, head_v * n_head_kv)?,
             wo: Linear::load(ld, &n("attn_output"), head_v * n_head, n_embd)?,
+            wqkv: None,
             q_norm: norm("attn_q_norm.weight")?,
             k_norm: norm("attn_k_norm.weight")?,
             rope,
@@ -135,12 +140,92 @@ impl Attention {
         })
     }
 
-    /// Repacks the four projections where a kernel wants them repacked
-    /// ([`Linear::repack`]).
+    /// [`Attention::load`] with Q, K and V fused into layer `il`'s `attn_qkv` (`[n_embd,
+    /// n_head·head_k + 2·n_head_kv·head_k]`) and its optional `attn_qkv.bias` — else the
+    /// optional separate `attn_{q,k,v}.bias`, used only when all three are there
+    /// (llama.cpp's `create_tensor_qkv` / `build_qkv`).
+    pub fn load_fused(
+        ld: &Loader<'_>,
+        il: usize,
+        n_embd: usize,
+        heads: Heads,
+        qk_norm: bool,
+        eps: f32,
+        rope: Rope,
+    ) -> Result<Attention> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let Heads { n_head, n_head_kv, head_k, head_v } = heads;
+        let (qd, kd, vd) = (head_k * n_head, head_k * n_head_kv, head_v * n_head_kv);
+        let fused = Linear::load(ld, &n("attn_qkv"), n_embd, qd + kd + vd)?;
+        let norm = |s: &str| if qk_norm { RmsNorm::load(ld, &n(s), head_k, eps).map(Some) } else { Ok(None) };
+        let mut wq = fused.rows_view(0, qd)?;
+        let mut wk = fused.rows_view(qd, kd)?;
+        let mut wv = fused.rows_view(qd + kd, vd)?;
+        if fused.bias().is_none() {
+            let b = |s: &str, len: usize| ld.opt_vector(&n(s), len as u64);
+            if let (Some(bq), Some(bk), Some(bv)) =
+                (b("attn_q.bias", qd)?, b("attn_k.bias", kd)?, b("attn_v.bias", vd)?)
+            {
+                wq = Linear::new(ld.shared()?, wq.tensor().clone(), Some(bq))?;
+                wk = Linear::new(ld.shared()?, wk.tensor().clone(), Some(bk))?;
+                wv = Linear::new(ld.shared()?, wv.tensor().clone(), Some(bv))?;
+            }
+        }
+        Ok(Attention {
+            heads,
+            wq,
+            wk,
+            wv,
+            wo: Linear::load(ld, &n("attn_output"), head_v * n_head, n_embd)?,
+            wqkv: Some(fused),
+            q_norm: norm("attn_q_norm.weight")?,
+            k_norm: norm("attn_k_norm.weight")?,
+            rope,
+            window: None,
+            scale: 1.0 / (head_k as f32).sqrt(),
+            scale_q: false,
+            softcap: None,
+        })
+    }
+
+    /// Repacks the four projections (or the fused QKV and the output) where a kernel wants
+    /// them repacked ([`Linear::repack`]).
     pub fn repack(&mut self) -> Result<()> {
+        if let Some(f) = &mut self.wqkv {
+            f.repack()?;
+            self.wo.repack()?;
+            return Ok(());
+        }
         for l in [&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo] {
             l.repack()?;
         }
+        Ok(())
+    }
+
+    /// Q, K and V of every row of the pass: three products, or one of the fused matrix
+    /// split row by row (its bias added before the split, the three biases after).
+    fn qkv(&self, pass: &Pass<'_>, h: &[f32], sc: &mut AttentionScratch) -> Result<()> {
+        let AttentionScratch { q, k, v, o, .. } = sc;
+        let Some(f) = &self.wqkv else {
+            self.wq.forward(pass, h, q)?;
+            self.wk.forward(pass, h, k)?;
+            return self.wv.forward(pass, h, v);
+        };
+        f.forward(pass, h, o)?;
+        let (qd, kd, vd) = (self.wq.rows(), self.wk.rows(), self.wv.rows());
+        let n = pass.rows.n_rows();
+        let w = qd + kd + vd;
+        q.resize(n * qd, 0.0);
+        k.resize(n * kd, 0.0);
+        v.resize(n * vd, 0.0);
+        for (r, row) in o[..n * w].chunks_exact(w).enumerate() {
+            q[r * qd..(r + 1) * qd].copy_from_slice(&row[..qd]);
+            k[r * kd..(r + 1) * kd].copy_from_slice(&row[qd..qd + kd]);
+            v[r * vd..(r + 1) * vd].copy_from_slice(&row[qd + kd..]);
+        }
+        add_bias(q, self.wq.bias());
+        add_bias(k, self.wk.bias());
+        add_bias(v, self.wv.bias());
         Ok(())
     }
 
@@ -157,10 +242,8 @@ impl Attention {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = self.heads;
+        self.qkv(pass, h, sc)?;
         let AttentionScratch { q, k, v, o, tmp, rc } = sc;
-        self.wq.forward(pass, h, q)?;
-        self.wk.forward(pass, h, k)?;
-        self.wv.forward(pass, h, v)?;
         dump(&format!("Qcur-{il}"), q);
         dump(&format!("Kcur-{il}"), k);
         dump(&format!("Vcur-{il}"), v);
