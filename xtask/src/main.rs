@@ -72,7 +72,7 @@ commands:
                                     the same tokens; every node's difference, in forward order,
                                     and the first node that is not bit-identical
                                     (XTASK_LLAMA_CACHE_TYPE: that cache type on both sides)
-  synth [qwen3|qwen3moe|llama-moe8] write the random-weight test models into the cache
+  synth [qwen3|qwen3moe|llama-moe8|FAMILY] write the random-weight test models into the cache
   requant [FTYPE...]                SmolLM2 requantized by llama-quantize into the cache
   cache-dir                         print the cache directory
 
@@ -330,7 +330,11 @@ fn real_main() -> Result<()> {
             } else {
                 args.positional.clone()
             } {
-                println!("{}", synth::ensure_synth(&cache, &arch, synth::SEED)?.display());
+                let path = match synth::family(&arch) {
+                    Some(fam) => synth::ensure_family(&cache, fam, synth::SEED)?,
+                    None => synth::ensure_synth(&cache, &arch, synth::SEED)?,
+                };
+                println!("{}", path.display());
             }
         }
         "requant" => {

@@ -328,6 +328,12 @@ pub enum Feature {
     /// With [`Feature::QkNorm`]: the norms span all heads (`n_head × head` and
     /// `n_head_kv × head` wide, olmo2), not one head.
     QkNormWhole,
+    /// Q, K and V in one `attn_qkv` (phi3).
+    FusedQkv,
+    /// Gate and up in one `ffn_up` of `2·n_ff` rows, gate first, no `ffn_gate` (phi3).
+    FusedUp,
+    /// LongRoPE's `rope_factors_short` / `rope_factors_long` (`head / 2` each; Phi-3.5).
+    RopeFactors,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -467,6 +473,33 @@ pub const FAMILIES: &[Family] = &[
         kv: &[],
     },
     Family {
+        name: "gemma2",
+        arch: "gemma2",
+        layout: "gemma-2-2b (2304 wide, 8 heads / 4 KV heads of 256, FFN 9216, rope base 10000, tied output; \
+                 attention soft-cap 50, final soft-cap 30; window 512 instead of 4096 on layers 0 and 2 of 4), \
+                 gemma-3-270m's vocab (Gemma 2's SPM is not among the fixtures)",
+        moe: false,
+        vocab: VocabSource::Model("gemma3-270m"),
+        n_layer: 4,
+        n_embd: 2304,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 256,
+        n_ff: 9216,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10000.0,
+        rms_eps: 1e-6,
+        ctx: 8192,
+        features: &[Feature::PostNorms, Feature::HeadDimKeys],
+        kv: &[
+            ("attention.sliding_window", Kv::U32(512)),
+            ("attn_logit_softcapping", Kv::F32(50.0)),
+            ("final_logit_softcapping", Kv::F32(30.0)),
+        ],
+    },
+    Family {
         name: "gemma3",
         arch: "gemma3",
         layout: "gemma-3-270m (640 wide, 4 heads / 1 KV head of 256, FFN 2048, window 512, local base 10000), its vocab; \
@@ -562,6 +595,33 @@ pub const FAMILIES: &[Family] = &[
         ctx: 4096,
         features: &[Feature::NoPreNorms, Feature::QkNorm, Feature::QkNormWhole, Feature::PostNorms, Feature::Output],
         kv: &[],
+    },
+    Family {
+        name: "phi3",
+        arch: "phi3",
+        layout: "Phi-3.5-mini (3072 wide, 32 heads / 32 KV heads of 96, FFN 8192, fused attn_qkv and gate+up ffn_up, \
+                 LongRoPE short/long factors with attn_factor 1.19 and original context 4096, untied output), \
+                 Phi-3 SPM vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("phi-3"),
+        n_layer: 3,
+        n_embd: 3072,
+        n_head: 32,
+        n_head_kv: 32,
+        head_dim: 96,
+        n_ff: 8192,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        ctx: 131072,
+        features: &[Feature::RopeDimKey, Feature::FusedQkv, Feature::FusedUp, Feature::RopeFactors, Feature::Output],
+        kv: &[
+            ("rope.scaling.attn_factor", Kv::F32(1.190_238_1)),
+            ("rope.scaling.original_context_length", Kv::U32(4096)),
+            ("attention.sliding_window", Kv::U32(262_144)),
+        ],
     },
 ];
 
@@ -682,14 +742,23 @@ fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<
     let s_emb = 4.0 / (e as f64).sqrt();
     let mut types = TypeCycle(0);
     b.tensor("token_embd.weight", &[e, n_vocab], "q8_0", 0.0, s_emb)?;
+    if fam.has(Feature::RopeFactors) {
+        // Phi-3.5-mini's short factors run 1.0–2.9, its long ones 1.1–60.
+        b.tensor("rope_factors_short.weight", &[fam.head_dim / 2], "f32", 1.5, 0.3)?;
+        b.tensor("rope_factors_long.weight", &[fam.head_dim / 2], "f32", 12.0, 3.0)?;
+    }
     for il in 0..fam.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
         if !fam.has(Feature::NoPreNorms) {
             b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
-        b.tensor(&p("attn_q.weight"), &[e, q_dim], types.next(e), 0.0, s(e))?;
-        b.tensor(&p("attn_k.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
-        b.tensor(&p("attn_v.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+        if fam.has(Feature::FusedQkv) {
+            b.tensor(&p("attn_qkv.weight"), &[e, q_dim + 2 * kv_dim], types.next(e), 0.0, s(e))?;
+        } else {
+            b.tensor(&p("attn_q.weight"), &[e, q_dim], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("attn_k.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("attn_v.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+        }
         if fam.has(Feature::QkvBias) {
             b.tensor(&p("attn_q.bias"), &[q_dim], "f32", 0.0, 0.1)?;
             b.tensor(&p("attn_k.bias"), &[kv_dim], "f32", 0.0, 0.1)?;
@@ -721,7 +790,11 @@ fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<
             b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
             b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
         }
-        if fam.n_ff > 0 {
+        if fam.n_ff > 0 && fam.has(Feature::FusedUp) {
+            let f = fam.n_ff;
+            b.tensor(&p("ffn_up.weight"), &[e, 2 * f], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
+        } else if fam.n_ff > 0 {
             let f = fam.n_ff;
             b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
             b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;

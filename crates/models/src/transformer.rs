@@ -1,5 +1,5 @@
-//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe, gemma3, smollm3,
-//! granite and olmo2 share, assembled from the public [`crate::blocks`]: RMSNorm, GQA
+//! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe, gemma2, gemma3,
+//! smollm3, granite and olmo2 share, assembled from the public [`crate::blocks`]: RMSNorm, GQA
 //! attention with RoPE over a KV cache, SwiGLU/GeGLU or top-k MoE FFN. Architectures differ only in the [`Spec`] they
 //! build from their metadata.
 
@@ -59,6 +59,9 @@ pub struct Spec {
     pub swa: Option<Swa>,
     /// Final logit soft-capping.
     pub final_softcap: Option<f32>,
+    /// Soft-capping of the attention scores (gemma2's `attn_logit_softcapping`), inside
+    /// the attention as ggml's flash attention applies it ([`crate::blocks::attend_softcap`]).
+    pub attn_softcap: Option<f32>,
     /// Normalize the top-k expert weights to sum to one.
     pub moe_norm_weights: bool,
     /// Layers without rope (NoPE: smollm3's every 4th); empty: every layer ropes.
@@ -73,6 +76,14 @@ pub struct Spec {
     /// With `qk_norm`: one RMSNorm over all heads of Q (and of K) at once, `attn_q_norm`
     /// `n_head × head_k` wide (olmo2), instead of one per head.
     pub qk_norm_whole: bool,
+    /// Gate and up fused in `ffn_up` (`2·n_ff` rows, gate first; no `ffn_gate`): phi3.
+    pub ffn_fused_up: bool,
+    /// Rope frequency factors of every layer, instead of the file's `rope_freqs.weight`
+    /// (phi3: `rope_factors_short` or `rope_factors_long`).
+    pub freq_factors: Option<Vec<f32>>,
+    /// The largest context a state may have (phi3 with LongRoPE factors: the factors
+    /// loaded are those of contexts up to this).
+    pub max_ctx: Option<usize>,
 }
 
 impl Spec {
@@ -90,12 +101,16 @@ impl Spec {
             scale_q: false,
             swa: None,
             final_softcap: None,
+            attn_softcap: None,
             moe_norm_weights: true,
             nope_layers: Vec::new(),
             residual_scale: None,
             logit_scale: None,
             pre_norms: true,
             qk_norm_whole: false,
+            ffn_fused_up: false,
+            freq_factors: None,
+            max_ctx: None,
         }
     }
 }
@@ -146,13 +161,13 @@ impl Transformer {
         };
         let output_norm = RmsNorm::load(&ld, "output_norm.weight", e, eps)?;
         let heads = Heads { n_head: hp.n_head, n_head_kv: hp.n_head_kv, head_k: hp.head_k, head_v: hp.head_v };
-        let rope_freqs = ld.opt_vector("rope_freqs.weight", (hp.n_rot / 2) as u64)?;
+        let rope_freqs = match &spec.freq_factors {
+            Some(f) => Some(f.clone()),
+            None => ld.opt_vector("rope_freqs.weight", (hp.n_rot / 2) as u64)?,
+        };
         let mut layers = Vec::with_capacity(hp.n_layer);
         for il in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
-            if ld.has(&n("attn_qkv.weight")) {
-                return Err(Error::Unsupported(format!("fused `{}` is not supported yet", n("attn_qkv.weight"))));
-            }
             let mut ffn = if hp.n_expert > 0 {
                 if hp.n_expert_used == 0 {
                     return Err(Error::MissingKey(ld.key("expert_used_count")));
@@ -167,7 +182,11 @@ impl Transformer {
                 if hp.n_ff[il] == 0 {
                     return Err(Error::MissingKey(ld.key("feed_forward_length")));
                 }
-                Ffn::Dense(GatedFfn::load(&ld, il, e, hp.n_ff[il], spec.activation)?)
+                if spec.ffn_fused_up {
+                    Ffn::Dense(GatedFfn::load_fused(&ld, il, e, hp.n_ff[il], spec.activation)?)
+                } else {
+                    Ffn::Dense(GatedFfn::load(&ld, il, e, hp.n_ff[il], spec.activation)?)
+                }
             };
             let swa = spec.swa.as_ref().is_some_and(|s| s.layers[il]);
             let (base, scale) = match (&spec.swa, swa) {
@@ -181,7 +200,13 @@ impl Transformer {
                 // No rotated dimensions: rope is the identity, as llama.cpp skipping it.
                 rope.n_rot = 0;
             }
-            let mut attn = Attention::load(&ld, il, e, heads, spec.qk_norm && !spec.qk_norm_whole, eps, rope)?;
+            let per_head_norm = spec.qk_norm && !spec.qk_norm_whole;
+            // llama.cpp's `create_tensor_qkv`: a fused `attn_qkv` wherever the file has one.
+            let mut attn = if ld.has(&n("attn_qkv.weight")) {
+                Attention::load_fused(&ld, il, e, heads, per_head_norm, eps, rope)?
+            } else {
+                Attention::load(&ld, il, e, heads, per_head_norm, eps, rope)?
+            };
             if spec.qk_norm && spec.qk_norm_whole {
                 attn.q_norm = Some(RmsNorm::load(&ld, &n("attn_q_norm.weight"), hp.n_head * hp.head_k, eps)?);
                 attn.k_norm = Some(RmsNorm::load(&ld, &n("attn_k_norm.weight"), hp.n_head_kv * hp.head_k, eps)?);
@@ -189,6 +214,7 @@ impl Transformer {
             attn.window = if swa { spec.swa.as_ref().map(|s| s.window) } else { None };
             attn.scale = spec.attn_scale.unwrap_or(attn.scale);
             attn.scale_q = spec.scale_q;
+            attn.softcap = spec.attn_softcap;
             let post = |s: &str| if spec.post_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
             let post_attn_norm = post("post_attention_norm.weight")?;
             let ffn_norm = pre("ffn_norm.weight")?;
@@ -402,8 +428,10 @@ impl Transformer {
         }
         dump("result_output", &out);
         if let Some(c) = self.spec.final_softcap {
+            // ggml_scale(1/c), ggml_tanh, ggml_scale(c): a product by the f32 reciprocal.
+            let inv = 1.0 / c;
             for l in out.iter_mut() {
-                *l = (*l / c).tanh() * c;
+                *l = (*l * inv).tanh() * c;
             }
         }
         let nv = self.tok_embd.n_vocab();
@@ -456,6 +484,12 @@ impl Model for Transformer {
     fn new_state(&self, opts: &StateOptions) -> Result<Box<dyn State>> {
         let hp = &self.hp;
         let n_ctx = if opts.n_ctx == 0 { hp.n_ctx_train } else { opts.n_ctx };
+        if let Some(max) = self.spec.max_ctx.filter(|&m| n_ctx > m) {
+            return Err(Error::Unsupported(format!(
+                "{}: a context of {n_ctx} needs the long rope factors, which are not supported yet; use -c {max} or less",
+                self.arch
+            )));
+        }
         crate::kv_cache::check_head_widths(opts.cache_type_k, opts.cache_type_v, hp.head_k, hp.head_v)?;
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;

@@ -231,10 +231,393 @@ fn olmo2_bad_input_is_named() {
     }
 }
 
+// ---- gemma2 ----
+
+/// A 4-layer gemma2 file (64 wide, 4 heads / 2 KV heads of 16, 50 tokens): post-norms, no
+/// QK-norm, tied output; `skip` leaves a tensor out, `extra` adds keys (after the file's
+/// own, so they replace them), `output` adds an untied `output.weight`.
+fn gemma2_file(path: &std::path::Path, skip: Option<&str>, extra: &[(&str, Value)], output: bool) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", "gemma2");
+    for (k, v) in [
+        ("block_count", 4),
+        ("embedding_length", e),
+        ("feed_forward_length", ff),
+        ("attention.head_count", nh),
+        ("attention.head_count_kv", nkv),
+        ("context_length", 256),
+    ] {
+        w.add_kv(&format!("gemma2.{k}"), v as u32);
+    }
+    w.add_kv("gemma2.attention.layer_norm_rms_epsilon", 1e-6f32);
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let mut t = |name: &str, dims: &[u64], mean: f32| {
+        if skip == Some(name) {
+            return;
+        }
+        let n: u64 = dims.iter().product();
+        let v: Vec<u8> = (0..n).flat_map(|_| (mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.5).to_le_bytes()).collect();
+        w.add_tensor_owned(name, dims, 0, v).unwrap();
+    };
+    t("token_embd.weight", &[e, nv], 0.0);
+    for il in 0..4 {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        t(&p("attn_norm.weight"), &[e], 1.0);
+        t(&p("attn_q.weight"), &[e, nh * hd], 0.0);
+        t(&p("attn_k.weight"), &[e, nkv * hd], 0.0);
+        t(&p("attn_v.weight"), &[e, nkv * hd], 0.0);
+        t(&p("attn_output.weight"), &[nh * hd, e], 0.0);
+        t(&p("post_attention_norm.weight"), &[e], 1.0);
+        t(&p("ffn_norm.weight"), &[e], 1.0);
+        t(&p("ffn_gate.weight"), &[e, ff], 0.0);
+        t(&p("ffn_up.weight"), &[e, ff], 0.0);
+        t(&p("ffn_down.weight"), &[ff, e], 0.0);
+        t(&p("post_ffw_norm.weight"), &[e], 1.0);
+    }
+    t("output_norm.weight", &[e], 1.0);
+    if output {
+        t("output.weight", &[e, nv], 0.0);
+    }
+    w.write_to_path(path).unwrap();
+}
+
+/// gemma2's logits at every position of `tokens` with `extra` keys.
+fn gemma2_logits(extra: &[(&str, Value)], tokens: &[u32]) -> (usize, Vec<f32>) {
+    let (_d, p) = tmp("gemma2.gguf");
+    gemma2_file(&p, None, extra, false);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    assert_eq!(model.arch(), "gemma2");
+    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
+    let all = model.forward(st.as_mut(), tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    (model.n_vocab(), all)
+}
+
+#[test]
+fn gemma2_soft_caps_act_where_llama_cpp_applies_them() {
+    let tokens = [3u32, 14, 15, 9, 26, 5, 41];
+    let (v, base) = gemma2_logits(&[], &tokens);
+    // The default final cap is 30: every logit inside ±30.
+    assert!(base.iter().all(|x| x.abs() < 30.0));
+    // The final cap is c·tanh(x/c) of the logits: an (almost) linear cap of 1e4 capped
+    // again at 2 gives the cap of 2.
+    let (_, wide) = gemma2_logits(&[("gemma2.final_logit_softcapping", Value::F32(1e4))], &tokens);
+    let (_, tight) = gemma2_logits(&[("gemma2.final_logit_softcapping", Value::F32(2.0))], &tokens);
+    assert!(wide.iter().any(|x| x.abs() > 2.0), "logits too small to test the cap");
+    for (w, t) in wide.iter().zip(&tight) {
+        let want = 2.0 * (w / 2.0).tanh();
+        assert!((want - t).abs() <= 1e-4 * want.abs().max(1.0), "{t} vs {want}");
+    }
+    // The attention cap acts on the scores: position 0 attends to itself alone (softmax
+    // of one score is 1, whatever the cap), later positions change.
+    let (_, capped) = gemma2_logits(&[("gemma2.attn_logit_softcapping", Value::F32(0.05))], &tokens);
+    assert_eq!(capped[..v], base[..v]);
+    for i in 1..tokens.len() {
+        assert!(rows_differ(&capped[i * v..(i + 1) * v], &base[i * v..(i + 1) * v]), "position {i}");
+    }
+    // A window of 2 on layers 0 and 2 changes only positions 2 and later.
+    let (_, windowed) = gemma2_logits(&[("gemma2.attention.sliding_window", Value::U32(2))], &tokens);
+    assert_eq!(windowed[..2 * v], base[..2 * v]);
+    assert!(rows_differ(&windowed[2 * v..], &base[2 * v..]));
+}
+
+#[test]
+fn gemma2_decodes_incrementally_as_in_one_batch() {
+    let (_d, p) = tmp("gemma2.gguf");
+    gemma2_file(&p, None, &[("gemma2.attention.sliding_window", Value::U32(3))], false);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let v = model.n_vocab();
+    let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
+    let opts = StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() };
+    let mut st = model.new_state(&opts).unwrap();
+    let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+    let mut st1 = model.new_state(&opts).unwrap();
+    for (i, &t) in tokens.iter().enumerate() {
+        let one = model.forward(st1.as_mut(), &[t], Logits::Last).unwrap();
+        let row = &all[i * v..(i + 1) * v];
+        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 2e-2, "position {i}: {diff}");
+    }
+}
+
+#[test]
+fn gemma2_bad_input_is_named() {
+    let (_d, p) = tmp("gemma2.gguf");
+    for name in ["blk.1.post_ffw_norm.weight", "blk.3.post_attention_norm.weight", "blk.2.attn_v.weight"] {
+        gemma2_file(&p, Some(name), &[], false);
+        let err = gguf_models::load(&p).err().expect("a missing tensor must not load").to_string();
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    // llama.cpp loads token_embd as the output: a file with its own has a tensor too many.
+    gemma2_file(&p, None, &[], true);
+    let err = gguf_models::load(&p).err().expect("an untied output must not load").to_string();
+    assert!(err.contains("output.weight"), "{err}");
+    for key in ["gemma2.final_logit_softcapping", "gemma2.attn_logit_softcapping"] {
+        gemma2_file(&p, None, &[(key, Value::F32(0.0))], false);
+        let err = gguf_models::load(&p).err().expect("a zero cap must not load").to_string();
+        assert!(err.contains(key), "{err}");
+        gemma2_file(&p, None, &[(key, Value::from("fifty"))], false);
+        let err = gguf_models::load(&p).err().expect("a string cap must not load").to_string();
+        assert!(err.contains(key), "{err}");
+    }
+    // 8 heads of 8 wide do not match the 64-wide attn_k of 2 heads of 16.
+    gemma2_file(&p, None, &[("gemma2.attention.head_count", Value::U32(8))], false);
+    let err = gguf_models::load(&p).err().expect("inconsistent heads must not load").to_string();
+    assert!(err.contains("blk.0.attn_k.weight") || err.contains("blk.0.attn_q.weight"), "{err}");
+}
+
+/// `attend_softcap` against an f64 reference of softmax(c·tanh(k·q·scale/c))·V, over an
+/// F16 and a Q8_0 cache, on ggml's three paths (one query: decode; 5 rows: one chunk; 70
+/// rows: tiles); without a cap it is `attend` bit for bit.
+#[test]
+fn attention_soft_cap_matches_a_reference_on_every_path() {
+    use gguf_models::blocks::{attend, attend_softcap, Heads, SeqView};
+    use gguf_models::kv_cache::CacheMatrix;
+    use rand::{Rng, SeedableRng};
+    let heads = Heads { n_head: 4, n_head_kv: 2, head_k: 32, head_v: 32 };
+    let (nh, nkv, hk) = (4usize, 2usize, 32usize);
+    let pool = gguf_models::Pool::new(1);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    for ct in [gguf_models::CacheType::F16, gguf_models::CacheType::Q8_0] {
+        for n in [1usize, 5, 70] {
+            // the query rows are the last `n` of `n_kv` cached positions
+            let (n_ctx, n_kv) = (128, n.max(40));
+            let new = || CacheMatrix::new(ct, n_ctx, nkv * hk).unwrap();
+            let (mut kc, mut vc) = (new(), new());
+            let (mut kr, mut vr) = (vec![vec![0f32; nkv * hk]; n_kv], vec![vec![0f32; nkv * hk]; n_kv]);
+            for p in 0..n_kv {
+                kr[p].iter_mut().for_each(|x| *x = rng.gen::<f32>() * 4.0 - 2.0);
+                vr[p].iter_mut().for_each(|x| *x = rng.gen::<f32>() * 2.0 - 1.0);
+                kc.write(p, &kr[p]);
+                vc.write(p, &vr[p]);
+                // the reference reads what the cache holds
+                kc.read(p, 0, &mut kr[p]);
+                vc.read(p, 0, &mut vr[p]);
+            }
+            let q: Vec<f32> = (0..n * nh * hk).map(|_| rng.gen::<f32>() * 4.0 - 2.0).collect();
+            let (pos0, rows) = (n_kv - n, n);
+            let view = [SeqView { row0: 0, n: rows, pos0, k: &kc, v: &vc }];
+            let (scale, cap) = (0.25f32, 1.5f32);
+            let mut o = vec![0f32; rows * nh * hk];
+            attend_softcap(&pool, heads, &view, &q, scale, Some(cap), None, &mut o);
+            let mut plain = vec![0f32; rows * nh * hk];
+            attend(&pool, heads, &view, &q, scale, None, &mut plain);
+            let mut off = vec![0f32; rows * nh * hk];
+            attend_softcap(&pool, heads, &view, &q, scale, None, None, &mut off);
+            assert_eq!(plain, off, "{ct:?} n={n}");
+            let mut worst = 0f64;
+            for t in 0..rows {
+                for h in 0..nh {
+                    let kvh = h / (nh / nkv);
+                    let qh = &q[(t * nh + h) * hk..(t * nh + h + 1) * hk];
+                    let s: Vec<f64> = (0..=pos0 + t)
+                        .map(|j| {
+                            let d: f64 = qh.iter().zip(&kr[j][kvh * hk..]).map(|(a, b)| *a as f64 * *b as f64).sum();
+                            cap as f64 * (d * scale as f64 / cap as f64).tanh()
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                    let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = w.iter().sum();
+                    for d in 0..hk {
+                        let want: f64 =
+                            w.iter().enumerate().map(|(j, wj)| wj * vr[j][kvh * hk + d] as f64).sum::<f64>() / z;
+                        let got = o[(t * nh + h) * hk + d] as f64;
+                        worst = worst.max((got - want).abs());
+                    }
+                }
+            }
+            // q is rounded to f16 (F16 cache) or Q8_0: a few 1e-3 at most
+            assert!(worst < 2e-2, "{ct:?} n={n}: {worst}");
+            assert!(rows_differ(&o, &plain), "{ct:?} n={n}: the cap had no effect");
+        }
+    }
+}
+
+// ---- phi3 ----
+
+/// How [`phi3_file`] lays its weights out.
+#[derive(Clone, Copy, PartialEq)]
+enum Phi3Layout {
+    /// phi3: fused `attn_qkv` and gate+up `ffn_up`.
+    Fused,
+    /// phi3 with separate `attn_q`/`attn_k`/`attn_v` (fused `ffn_up`).
+    SeparateQkv,
+    /// The same numbers as a qwen2 file: separate Q/K/V, `ffn_gate` and `ffn_up`.
+    Qwen2,
+}
+
+/// A 2-layer phi3 file (64 wide, 4 heads / 2 KV heads of 16, FFN 96, 50 tokens) whose
+/// numbers do not depend on `layout`; `factors` adds LongRoPE short/long factors (original
+/// context 32), `skip` leaves a tensor out, `extra` adds keys, `tensors` adds F32 tensors.
+fn phi3_file(
+    path: &std::path::Path,
+    layout: Phi3Layout,
+    factors: Option<(f32, f32)>,
+    skip: Option<&str>,
+    extra: &[(&str, Value)],
+    tensors: &[(&str, Vec<u64>)],
+) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
+    let arch = if layout == Phi3Layout::Qwen2 { "qwen2" } else { "phi3" };
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", arch);
+    for (k, v) in [
+        ("block_count", 2),
+        ("embedding_length", e),
+        ("feed_forward_length", ff),
+        ("attention.head_count", nh),
+        ("attention.head_count_kv", nkv),
+        ("context_length", 256),
+        ("rope.scaling.original_context_length", 32),
+    ] {
+        w.add_kv(&format!("{arch}.{k}"), v as u32);
+    }
+    w.add_kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-5f32);
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let mut rand_vec =
+        |n: u64, mean: f32| -> Vec<f32> { (0..n).map(|_| mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
+    let mut put = |name: &str, dims: &[u64], v: &[f32]| {
+        if skip != Some(name) {
+            w.add_tensor_owned(name, dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        }
+    };
+    let t = rand_vec(e * nv, 0.0);
+    put("token_embd.weight", &[e, nv], &t);
+    if let Some((short, long)) = factors {
+        put("rope_factors_short.weight", &[hd / 2], &vec![short; hd as usize / 2]);
+        put("rope_factors_long.weight", &[hd / 2], &vec![long; hd as usize / 2]);
+    }
+    for il in 0..2 {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        put(&p("attn_norm.weight"), &[e], &rand_vec(e, 1.0));
+        // rows of `cols` numbers: a part of a fused matrix is a range of its rows
+        let (qd, kd) = (nh * hd, nkv * hd);
+        let qkv = rand_vec(e * (qd + 2 * kd), 0.0);
+        if layout == Phi3Layout::Fused {
+            put(&p("attn_qkv.weight"), &[e, qd + 2 * kd], &qkv);
+        } else {
+            let (q, rest) = qkv.split_at((e * qd) as usize);
+            let (k, v) = rest.split_at((e * kd) as usize);
+            put(&p("attn_q.weight"), &[e, qd], q);
+            put(&p("attn_k.weight"), &[e, kd], k);
+            put(&p("attn_v.weight"), &[e, kd], v);
+        }
+        put(&p("attn_output.weight"), &[qd, e], &rand_vec(qd * e, 0.0));
+        put(&p("ffn_norm.weight"), &[e], &rand_vec(e, 1.0));
+        let up = rand_vec(e * 2 * ff, 0.0);
+        if layout == Phi3Layout::Qwen2 {
+            let (g, u) = up.split_at((e * ff) as usize);
+            put(&p("ffn_gate.weight"), &[e, ff], g);
+            put(&p("ffn_up.weight"), &[e, ff], u);
+        } else {
+            put(&p("ffn_up.weight"), &[e, 2 * ff], &up);
+        }
+        put(&p("ffn_down.weight"), &[ff, e], &rand_vec(ff * e, 0.0));
+    }
+    put("output_norm.weight", &[e], &rand_vec(e, 1.0));
+    for (name, dims) in tensors {
+        let n = dims.iter().product();
+        put(name, dims, &rand_vec(n, 1.0));
+    }
+    w.write_to_path(path).unwrap();
+}
+
+/// The logits of `tokens` (every position) for a [`phi3_file`] at a context of 32.
+fn phi3_logits(layout: Phi3Layout, factors: Option<(f32, f32)>, tokens: &[u32]) -> (String, usize, Vec<f32>) {
+    let (_d, p) = tmp("phi3.gguf");
+    phi3_file(&p, layout, factors, None, &[], &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let mut st = model.new_state(&StateOptions { n_ctx: 32, n_threads: 1, ..Default::default() }).unwrap();
+    let all = model.forward(st.as_mut(), tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    (model.arch().to_string(), model.n_vocab(), all)
+}
+
+#[test]
+fn phi3_fused_projections_compute_the_separate_ones() {
+    let tokens = [3u32, 14, 15, 9, 26, 5];
+    let (arch, _, fused) = phi3_logits(Phi3Layout::Fused, None, &tokens);
+    assert_eq!(arch, "phi3");
+    let (_, _, separate) = phi3_logits(Phi3Layout::SeparateQkv, None, &tokens);
+    // The same rows in one product or three (the kernels pick one arithmetic for
+    // both here: every row count a multiple of 4 — llama.cpp fuses for the product's sake).
+    assert!(!rows_differ(&fused, &separate));
+    // As qwen2 (NeoX rope, separate gate and up, the scale 1/4 on the scores instead of
+    // on q — a power of two, exact either way): the llama block of the same numbers.
+    let (arch, _, qwen2) = phi3_logits(Phi3Layout::Qwen2, None, &tokens);
+    assert_eq!(arch, "qwen2");
+    assert!(!rows_differ(&fused, &qwen2));
+}
+
+#[test]
+fn phi3_short_rope_factors_apply_up_to_the_original_context() {
+    let tokens = [3u32, 14, 15, 9, 26, 5];
+    let (_, v, plain) = phi3_logits(Phi3Layout::Fused, None, &tokens);
+    let (_, _, short) = phi3_logits(Phi3Layout::Fused, Some((4.0, 1.0)), &tokens);
+    // Factors divide the rope frequencies: position 0 (angle 0) alike, later positions not.
+    assert_eq!(short[..v], plain[..v]);
+    assert!(rows_differ(&short[v..], &plain[v..]));
+    // The long factors are not used at a context of 32 (= the original one).
+    let (_, _, other_long) = phi3_logits(Phi3Layout::Fused, Some((4.0, 9.0)), &tokens);
+    assert_eq!(other_long, short);
+    // Short factors of 1 are no factors.
+    let (_, _, ones) = phi3_logits(Phi3Layout::Fused, Some((1.0, 9.0)), &tokens);
+    assert_eq!(ones, plain);
+    // A longer context would need the long factors: refused, naming the limit.
+    let (_d, p) = tmp("phi3.gguf");
+    phi3_file(&p, Phi3Layout::Fused, Some((4.0, 9.0)), None, &[], &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let err = model.new_state(&StateOptions { n_ctx: 33, n_threads: 1, ..Default::default() }).err().unwrap();
+    assert!(err.to_string().contains("-c 32"), "{err}");
+}
+
+#[test]
+fn phi3_bad_input_is_named() {
+    let (_d, p) = tmp("phi3.gguf");
+    let load_err = |p: &std::path::Path| gguf_models::load(p).err().expect("must not load").to_string();
+    for name in ["blk.1.ffn_up.weight", "blk.0.ffn_down.weight", "output_norm.weight"] {
+        phi3_file(&p, Phi3Layout::Fused, None, Some(name), &[], &[]);
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    // Without the fused attn_qkv the separate projections are looked for.
+    phi3_file(&p, Phi3Layout::Fused, None, Some("blk.1.attn_qkv.weight"), &[], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.1.attn_q.weight"), "{err}");
+    // A qwen2 file relabelled phi3: its keys are under `qwen2.`.
+    phi3_file(&p, Phi3Layout::Qwen2, None, None, &[("general.architecture", Value::from("phi3"))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("phi3.block_count"), "{err}");
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[("phi3.feed_forward_length", Value::U32(64))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.0.ffn_up.weight"), "{err}");
+    // Q must be n_embd wide: 8 heads of 16 are not.
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[("phi3.attention.key_length", Value::U32(8))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("n_embd 64 / 4 heads"), "{err}");
+    // Rope factors of the wrong length, and the llama-style rope_freqs phi3 does not read.
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[], &[("rope_factors_short.weight", vec![4])]);
+    let err = load_err(&p);
+    assert!(err.contains("rope_factors_short.weight"), "{err}");
+    phi3_file(&p, Phi3Layout::Fused, None, None, &[], &[("rope_freqs.weight", vec![8])]);
+    let err = load_err(&p);
+    assert!(err.contains("rope_freqs.weight"), "{err}");
+}
+
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2"] {
+    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());

@@ -2,10 +2,12 @@
 //! shared [`crate::transformer::Transformer`] and registers itself through [`load_with`],
 //! which plug-in architectures of the same family use too.
 
+mod gemma2;
 mod gemma3;
 mod granite;
 mod llama;
 mod olmo2;
+mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3moe;

@@ -85,6 +85,10 @@ pub struct Attention {
     pub wv: Linear,
     /// Output projection.
     pub wo: Linear,
+    /// Q, K and V in one matrix (`attn_qkv`, Q rows first, then K, then V) with its bias
+    /// (or the three biases of `wq`/`wk`/`wv`): when set, one product computes all three,
+    /// as llama.cpp's fused path does, and `wq`/`wk`/`wv` are views of its rows.
+    pub wqkv: Option<Linear>,
     /// Per-head RMSNorm of Q before rope.
     pub q_norm: Option<RmsNorm>,
     /// Per-head RMSNorm of K before rope.
@@ -98,6 +102,9 @@ pub struct Attention {
     /// Apply the scale to q after rope (gemma's `ggml_scale(Qcur)`) rather than inside
     /// the attention; the rounding differs, so this follows the reference graph.
     pub scale_q: bool,
+    /// Soft-cap of the attention scores, `c·tanh(s/c)` (gemma2's
+    /// `attn_logit_softcapping`); `None`: off.
+    pub softcap: Option<f32>,
 }
 
 impl Attention {
@@ -122,21 +129,103 @@ impl Attention {
             wk: Linear::load(ld, &n("attn_k"), n_embd, head_k * n_head_kv)?,
             wv: Linear::load(ld, &n("attn_v"), n_embd, head_v * n_head_kv)?,
             wo: Linear::load(ld, &n("attn_output"), head_v * n_head, n_embd)?,
+            wqkv: None,
             q_norm: norm("attn_q_norm.weight")?,
             k_norm: norm("attn_k_norm.weight")?,
             rope,
             window: None,
             scale: 1.0 / (head_k as f32).sqrt(),
             scale_q: false,
+            softcap: None,
         })
     }
 
-    /// Repacks the four projections where a kernel wants them repacked
-    /// ([`Linear::repack`]).
+    /// [`Attention::load`] with Q, K and V fused into layer `il`'s `attn_qkv` (`[n_embd,
+    /// n_head·head_k + 2·n_head_kv·head_k]`) and its optional `attn_qkv.bias` — else the
+    /// optional separate `attn_{q,k,v}.bias`, used only when all three are there
+    /// (llama.cpp's `create_tensor_qkv` / `build_qkv`).
+    pub fn load_fused(
+        ld: &Loader<'_>,
+        il: usize,
+        n_embd: usize,
+        heads: Heads,
+        qk_norm: bool,
+        eps: f32,
+        rope: Rope,
+    ) -> Result<Attention> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let Heads { n_head, n_head_kv, head_k, head_v } = heads;
+        let (qd, kd, vd) = (head_k * n_head, head_k * n_head_kv, head_v * n_head_kv);
+        let fused = Linear::load(ld, &n("attn_qkv"), n_embd, qd + kd + vd)?;
+        let norm = |s: &str| if qk_norm { RmsNorm::load(ld, &n(s), head_k, eps).map(Some) } else { Ok(None) };
+        let mut wq = fused.rows_view(0, qd)?;
+        let mut wk = fused.rows_view(qd, kd)?;
+        let mut wv = fused.rows_view(qd + kd, vd)?;
+        if fused.bias().is_none() {
+            let b = |s: &str, len: usize| ld.opt_vector(&n(s), len as u64);
+            if let (Some(bq), Some(bk), Some(bv)) =
+                (b("attn_q.bias", qd)?, b("attn_k.bias", kd)?, b("attn_v.bias", vd)?)
+            {
+                wq = Linear::new(ld.shared()?, wq.tensor().clone(), Some(bq))?;
+                wk = Linear::new(ld.shared()?, wk.tensor().clone(), Some(bk))?;
+                wv = Linear::new(ld.shared()?, wv.tensor().clone(), Some(bv))?;
+            }
+        }
+        Ok(Attention {
+            heads,
+            wq,
+            wk,
+            wv,
+            wo: Linear::load(ld, &n("attn_output"), head_v * n_head, n_embd)?,
+            wqkv: Some(fused),
+            q_norm: norm("attn_q_norm.weight")?,
+            k_norm: norm("attn_k_norm.weight")?,
+            rope,
+            window: None,
+            scale: 1.0 / (head_k as f32).sqrt(),
+            scale_q: false,
+            softcap: None,
+        })
+    }
+
+    /// Repacks the four projections (or the fused QKV and the output) where a kernel wants
+    /// them repacked ([`Linear::repack`]).
     pub fn repack(&mut self) -> Result<()> {
+        if let Some(f) = &mut self.wqkv {
+            f.repack()?;
+            self.wo.repack()?;
+            return Ok(());
+        }
         for l in [&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo] {
             l.repack()?;
         }
+        Ok(())
+    }
+
+    /// Q, K and V of every row of the pass: three products, or one of the fused matrix
+    /// split row by row (its bias added before the split, the three biases after).
+    fn qkv(&self, pass: &Pass<'_>, h: &[f32], sc: &mut AttentionScratch) -> Result<()> {
+        let AttentionScratch { q, k, v, o, .. } = sc;
+        let Some(f) = &self.wqkv else {
+            self.wq.forward(pass, h, q)?;
+            self.wk.forward(pass, h, k)?;
+            return self.wv.forward(pass, h, v);
+        };
+        f.forward(pass, h, o)?;
+        let (qd, kd, vd) = (self.wq.rows(), self.wk.rows(), self.wv.rows());
+        let n = pass.rows.n_rows();
+        let w = qd + kd + vd;
+        q.resize(n * qd, 0.0);
+        k.resize(n * kd, 0.0);
+        v.resize(n * vd, 0.0);
+        for (r, row) in o[..n * w].chunks_exact(w).enumerate() {
+            q[r * qd..(r + 1) * qd].copy_from_slice(&row[..qd]);
+            k[r * kd..(r + 1) * kd].copy_from_slice(&row[qd..qd + kd]);
+            v[r * vd..(r + 1) * vd].copy_from_slice(&row[qd + kd..]);
+        }
+        add_bias(q, self.wq.bias());
+        add_bias(k, self.wk.bias());
+        add_bias(v, self.wv.bias());
         Ok(())
     }
 
@@ -153,10 +242,8 @@ impl Attention {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = self.heads;
+        self.qkv(pass, h, sc)?;
         let AttentionScratch { q, k, v, o, tmp, rc } = sc;
-        self.wq.forward(pass, h, q)?;
-        self.wk.forward(pass, h, k)?;
-        self.wv.forward(pass, h, v)?;
         dump(&format!("Qcur-{il}"), q);
         dump(&format!("Kcur-{il}"), k);
         dump(&format!("Vcur-{il}"), v);
@@ -206,7 +293,7 @@ impl Attention {
         o.resize(pass.rows.n_rows() * nh * hv, 0.0);
         let views: Vec<SeqView<'_>> =
             seqs.iter().map(|s| SeqView { row0: s.row0, n: s.n, pos0: s.pos0, k: &*s.k, v: &*s.v }).collect();
-        attend(pass.pool, self.heads, &views, q, scale, self.window, o);
+        attend_softcap(pass.pool, self.heads, &views, q, scale, self.softcap, self.window, o);
         dump(&format!("kqv_out-{il}"), o);
         if let Some(n) = rot_v {
             hadamard_rows(o, n);
@@ -284,6 +371,29 @@ pub fn attend(
     window: Option<usize>,
     o: &mut [f32],
 ) {
+    attend_softcap(pool, heads, seqs, q, scale, None, window, o)
+}
+
+/// [`attend`] with the scores soft-capped at `softcap` (`Some(c)`, c ≠ 0), where and as
+/// ggml's flash-attention kernels cap them: the scale is divided by `c` once (`scale /=
+/// softcap`), then each score is `c·tanhf(k·q·scale)` before the mask and the softmax —
+/// per score in the one-chunk and split paths, per 64×64 tile (`ggml_vec_tanh_f32`, then
+/// `ggml_vec_scale_f32` by `c`) in the tiled one.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_softcap(
+    pool: &Pool,
+    heads: Heads,
+    seqs: &[SeqView<'_>],
+    q: &[f32],
+    scale: f32,
+    softcap: Option<f32>,
+    window: Option<usize>,
+    o: &mut [f32],
+) {
+    let (scale, cap) = match softcap {
+        Some(c) if c != 0.0 => (scale / c, c),
+        _ => (scale, 0.0),
+    };
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
     let f16_kv = |s: &SeqView<'_>| s.k.cache_type() == CacheType::F16 && s.v.cache_type() == CacheType::F16;
@@ -301,7 +411,7 @@ pub fn attend(
             pool.for_each(nh * n_qt, &|i| {
                 let (head, qt) = (i % nh, i / nh);
                 let rows = qt * TILE..(qt * TILE + TILE).min(n);
-                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, window, p0 };
+                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0 };
                 if f16 {
                     attend_tiled(kc, vc, &geo, rows, qs, os);
                 } else {
@@ -343,7 +453,7 @@ pub fn attend(
             let r = r0 + t;
             let src = &q[(r * nh + head) * hk..(r * nh + head + 1) * hk];
             let mut out = outs[r * nh + head].lock().unwrap_or_else(|e| e.into_inner());
-            let view = HeadView { kc, vc, kvh, hk, hv, scale, lo, pos };
+            let view = HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos };
             if f16_path {
                 let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
                 let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
@@ -374,8 +484,20 @@ struct HeadView<'a> {
     hk: usize,
     hv: usize,
     scale: f32,
+    /// Score soft-cap (0: off); `scale` is already divided by it.
+    cap: f32,
     lo: usize,
     pos: usize,
+}
+
+/// `c·tanhf(x)` when the soft-cap `c` is on (ggml: `s = logit_softcap*tanhf(s)`).
+#[inline]
+fn capped(x: f32, cap: f32) -> f32 {
+    if cap != 0.0 {
+        cap * x.tanh()
+    } else {
+        x
+    }
 }
 
 /// One query row of one head on ggml's `flash_attn_ext_f16_one_chunk` path, the path it
@@ -505,14 +627,14 @@ fn dot_for(kc: &CacheMatrix) -> Option<Dot> {
 
 /// One query head over every cell of its window, as ggml's one-chunk path ([`ChunkRow`]).
 fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
-    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos } = *h;
     let (k_off, v_off) = (kvh * hk, kvh * hv);
     sc.tmp.resize(hk.max(hv), 0.0);
     let row = &mut sc.row;
     let Some(dot) = dot_for(kc).filter(|_| row.start(kc, vc, q, hv)) else { return out.fill(f32::NAN) };
     for j in lo..=pos {
         let Some(x) = row.score(kc, j, k_off, hk, dot, &mut sc.tmp) else { return out.fill(f32::NAN) };
-        let x = x * scale;
+        let x = capped(x * scale, cap);
         if vc.cache_type() == CacheType::F16 {
             match vc.f16_slice(j, v_off, hv) {
                 Some(vr) => row.add(x, VRow::F16(vr)),
@@ -542,7 +664,7 @@ fn attend_one_chunk_tiled(
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, window, p0 } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0 } = *g;
     let (k_off, v_off) = (kvh * hk, kvh * hv);
     let pos_of = |t: usize| p0 + t;
     let lo_of = |t: usize| window.map_or(0, |w| (pos_of(t) + 1).saturating_sub(w));
@@ -575,7 +697,7 @@ fn attend_one_chunk_tiled(
                     row.bad = true;
                     break;
                 };
-                let x = x * scale;
+                let x = capped(x * scale, cap);
                 if v_f16 {
                     match vc.f16_slice(j, v_off, hv) {
                         Some(vr) => row.add(x, VRow::F16(vr)),
@@ -619,6 +741,8 @@ struct TileGeometry {
     hk: usize,
     hv: usize,
     scale: f32,
+    /// Score soft-cap (0: off); `scale` is already divided by it.
+    cap: f32,
     window: Option<usize>,
     p0: usize,
 }
@@ -642,7 +766,7 @@ fn attend_tiled(
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, window, p0 } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0 } = *g;
     let r = rows.len();
     let layout = ops::native_dot_layout();
     let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
@@ -686,6 +810,10 @@ fn attend_tiled(
         kq.fill(0.0);
         ops::gemm_fma(&mut kq, &qt, &kt, r, hk, TILE);
         ops::scale_inplace(&mut kq, scale);
+        if cap != 0.0 {
+            kq.iter_mut().for_each(|x| *x = x.tanh());
+            ops::scale_inplace(&mut kq, cap);
+        }
         for i in 0..r {
             let (lo, pos) = (lo_of(i), pos_of(i));
             let row = &mut kq[i * TILE..(i + 1) * TILE];
@@ -731,7 +859,7 @@ fn attend_tiled(
 /// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
 /// as `ggml_flash_attn_ext_reduce_partials`.
 fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: &mut [f32]) {
-    let HeadView { kc, vc, kvh, hk, hv, scale, lo, pos } = *h;
+    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos } = *h;
     let layout = ops::native_dot_layout();
     sc.q16.clear();
     sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
@@ -752,7 +880,7 @@ fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: 
             let (Some(kr), Some(vr)) = (kc.f16_slice(j, kvh * hk, hk), vc.f16_slice(j, kvh * hv, hv)) else {
                 return;
             };
-            let x = ops::dot_f16_ggml(kr, &sc.q16, layout) * scale;
+            let x = capped(ops::dot_f16_ggml(kr, &sc.q16, layout) * scale, cap);
             let (mut ms, mut vs) = (1.0f32, 1.0f32);
             if x > m {
                 let old = m;

@@ -40,6 +40,10 @@ pub struct GatedFfn {
     pub down: Linear,
     /// The gate's activation.
     pub act: Activation,
+    /// Gate and up in one matrix (phi3's `ffn_up`, `2·n_ff` rows: the gate's first): when
+    /// set, one product computes both (llama.cpp's `ggml_swiglu` of one tensor), and
+    /// `gate`/`up` are views of its halves.
+    pub fused: Option<Box<Linear>>,
 }
 
 /// Scratch of an FFN, kept across layers and passes.
@@ -59,11 +63,35 @@ impl GatedFfn {
             up: Linear::load(ld, &n("ffn_up"), n_embd, n_ff)?,
             down: Linear::load(ld, &n("ffn_down"), n_ff, n_embd)?,
             act,
+            fused: None,
         })
     }
 
-    /// Repacks the three projections where a kernel wants them repacked.
+    /// Layer `il`'s FFN with gate and up fused into `ffn_up` (`[n_embd, 2·n_ff]`, gate
+    /// rows first, no `ffn_gate`), and `ffn_down`.
+    pub fn load_fused(ld: &Loader<'_>, il: usize, n_embd: usize, n_ff: usize, act: Activation) -> Result<GatedFfn> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let fused = Linear::load(ld, &n("ffn_up"), n_embd, 2 * n_ff)?;
+        if fused.bias().is_some() {
+            return Err(Error::Unsupported(format!("a bias on the fused `{}` is not supported", n("ffn_up.weight"))));
+        }
+        Ok(GatedFfn {
+            gate: fused.rows_view(0, n_ff)?,
+            up: fused.rows_view(n_ff, n_ff)?,
+            down: Linear::load(ld, &n("ffn_down"), n_ff, n_embd)?,
+            act,
+            fused: Some(Box::new(fused)),
+        })
+    }
+
+    /// Repacks the three projections (or the fused one and down) where a kernel wants them
+    /// repacked.
     pub fn repack(&mut self) -> Result<()> {
+        if let Some(f) = &mut self.fused {
+            f.repack()?;
+            self.down.repack()?;
+            return Ok(());
+        }
         for l in [&mut self.gate, &mut self.up, &mut self.down] {
             l.repack()?;
         }
@@ -79,9 +107,21 @@ impl GatedFfn {
         sc: &mut FfnScratch,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        let FfnScratch { gate, up, .. } = sc;
-        self.gate.forward(pass, h, gate)?;
-        self.up.forward(pass, h, up)?;
+        let FfnScratch { gate, up, part } = sc;
+        if let Some(f) = &self.fused {
+            f.forward(pass, h, part)?;
+            let ff = self.gate.rows();
+            let n = pass.rows.n_rows();
+            gate.resize(n * ff, 0.0);
+            up.resize(n * ff, 0.0);
+            for (r, row) in part[..n * 2 * ff].chunks_exact(2 * ff).enumerate() {
+                gate[r * ff..(r + 1) * ff].copy_from_slice(&row[..ff]);
+                up[r * ff..(r + 1) * ff].copy_from_slice(&row[ff..]);
+            }
+        } else {
+            self.gate.forward(pass, h, gate)?;
+            self.up.forward(pass, h, up)?;
+        }
         dump(&format!("ffn_gate-{il}"), gate);
         dump(&format!("ffn_up-{il}"), up);
         self.act.apply(gate, up);

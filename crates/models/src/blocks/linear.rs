@@ -46,6 +46,22 @@ impl Linear {
         Ok(l)
     }
 
+    /// Rows `r0..r0 + n` of the weight as a weight of its own, read in place (no bias):
+    /// one part of a fused matrix (phi3's `attn_qkv`, gate and up halves of `ffn_up`).
+    /// Before any [`Linear::repack`].
+    pub fn rows_view(&self, r0: usize, n: usize) -> Result<Linear> {
+        let t = &self.weight;
+        if self.repacked.is_some() || r0.checked_add(n).is_none_or(|end| end > t.rows()) || t.rows() == 0 {
+            return Err(Error::Invalid(format!("rows {r0}..+{n} of `{}` ({} rows)", t.name, t.rows())));
+        }
+        let row_bytes = t.len / t.rows();
+        let mut view = t.clone();
+        view.dims[1] = n as u64;
+        view.start += r0 * row_bytes;
+        view.len = n * row_bytes;
+        Linear::new(self.file.clone(), view, None)
+    }
+
     /// Moves the weight into the layout of the kernel that will read it, when that kernel
     /// repacks this type and shape on this CPU; the bytes are read from the (shard) file,
     /// not through the map, so the original pages never become resident. Returns whether

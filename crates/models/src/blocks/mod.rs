@@ -35,7 +35,7 @@ mod norm;
 
 use std::sync::Arc;
 
-pub use attention::{attend, Attention, AttentionScratch, Heads, SeqKv, SeqView};
+pub use attention::{attend, attend_softcap, Attention, AttentionScratch, Heads, SeqKv, SeqView};
 pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Moe};
 pub use linear::{Embedding, Linear};
 pub use norm::RmsNorm;
