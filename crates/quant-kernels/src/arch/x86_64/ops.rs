@@ -156,21 +156,7 @@ pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
         return sc::axpy_f32(&mut y[..n], a, &x[..n]);
     }
     // SAFETY: features checked; loads and stores stay below `n`.
-    unsafe { axpy_f32_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn axpy_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
-    let va = _mm256_set1_ps(a);
-    let mut i = 0;
-    while i + 8 <= n {
-        _mm256_storeu_ps(y.add(i), _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), va, _mm256_loadu_ps(y.add(i))));
-        i += 8;
-    }
-    while i < n {
-        *y.add(i) += *x.add(i) * a;
-        i += 1;
-    }
+    unsafe { mad_f32_imp::<false>(y.as_mut_ptr(), a, x.as_ptr(), n) }
 }
 
 /// `y[i] = fma(x[i], a, y[i])` for every lane, tail included (`ggml_vec_mad_f32` as a
@@ -181,11 +167,13 @@ pub fn mad_f32(y: &mut [f32], a: f32, x: &[f32]) {
         return sc::mad_f32(&mut y[..n], a, &x[..n]);
     }
     // SAFETY: features checked; loads and stores stay below `n`.
-    unsafe { mad_f32_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
+    unsafe { mad_f32_imp::<true>(y.as_mut_ptr(), a, x.as_ptr(), n) }
 }
 
+/// `y += a·x` by 8-lane FMAs; the tail fused too when `FUSED_TAIL` ([`mad_f32`]), else
+/// rounded twice ([`axpy_f32`]).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mad_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
+unsafe fn mad_f32_imp<const FUSED_TAIL: bool>(y: *mut f32, a: f32, x: *const f32, n: usize) {
     let va = _mm256_set1_ps(a);
     let mut i = 0;
     while i + 8 <= n {
@@ -193,7 +181,7 @@ unsafe fn mad_f32_imp(y: *mut f32, a: f32, x: *const f32, n: usize) {
         i += 8;
     }
     while i < n {
-        *y.add(i) = (*x.add(i)).mul_add(a, *y.add(i));
+        *y.add(i) = if FUSED_TAIL { (*x.add(i)).mul_add(a, *y.add(i)) } else { *y.add(i) + *x.add(i) * a };
         i += 1;
     }
 }
