@@ -1,9 +1,11 @@
 //! `cargo xtask bench`: the engine (`gguf bench`) against `llama-bench`, interleaved on
-//! the same file and thread count, with a ratio table (ours / llama.cpp).
+//! the same file, thread count and depth (`-d`), with a ratio table (ours / llama.cpp).
 //!
 //! Each round runs `gguf bench -r 1` and then `llama-bench -r 1` (both pp512 and tg64,
 //! each tool doing its own warm-up), so that drift in machine load hits both sides alike;
-//! the figures are the mean and standard deviation over rounds. Peak RSS is the child's
+//! the figures are the median and range over rounds, the ratios the median of the
+//! per-round ratios. Ours also reports the kernel path of each weight type and decode's
+//! share of the DRAM read bound (`gguf bench --dram-bound`). Peak RSS is the child's
 //! maximum resident set size from `/usr/bin/time -f %M`, for both tools. llama.cpp's load
 //! time is measured through libllama (model load + context of the same size, page cache
 //! warm), ours is `gguf bench`'s `load_ms`.
@@ -24,6 +26,29 @@ use crate::verify::logits::{gguf_binary, run_captured, targets, Target};
 pub const DEFAULT_MODELS: &[&str] =
     &["smollm2", "smollm2-q4_0", "smollm2-q8_0", "smollm2-q4_k_m", "qwen2.5-coder-0.5b"];
 
+/// Issue 9's matrix (`--model matrix`): SmolLM2 in every type of the issue (requantized by
+/// llama-quantize; Q4_1 is the real file), the two other real models, the 1–3 B bench files.
+pub const MATRIX: &[&str] = &[
+    "smollm2-q4_0",
+    "smollm2",
+    "smollm2-q5_0",
+    "smollm2-q5_1",
+    "smollm2-q8_0",
+    "smollm2-q2_k",
+    "smollm2-q3_k_m",
+    "smollm2-q4_k_m",
+    "smollm2-q5_k_m",
+    "smollm2-q6_k",
+    "smollm2-iq4_nl",
+    "smollm2-iq4_xs",
+    "smollm2-iq3_s",
+    "smollm2-iq2_xs",
+    "smollm2-mxfp4",
+    "qwen2.5-coder-0.5b",
+    "gemma3-270m",
+    "bench",
+];
+
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -37,6 +62,8 @@ pub struct BenchOpts {
     pub n_prompt: usize,
     /// Generated tokens of the tg test.
     pub n_gen: usize,
+    /// Tokens in the context before each test (llama-bench's `-d`).
+    pub depth: usize,
     /// Write the markdown table here too.
     pub md: Option<PathBuf>,
     /// Only llama.cpp's side (reference numbers before the engine exists).
@@ -51,15 +78,25 @@ struct Side {
     tg: Vec<f64>,
     load_ms: Vec<f64>,
     peak_rss: u64,
+    /// Ours: decode's share of the DRAM read bound, per round.
+    dram: Vec<f64>,
+    /// Ours: `type: kernel path` of each weight type.
+    kernels: String,
 }
 
-fn mean_sd(v: &[f64]) -> (f64, f64) {
+/// The median (the mean of the middle two for an even count); NaN when empty.
+fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
-        return (f64::NAN, f64::NAN);
+        return f64::NAN;
     }
-    let m = v.iter().sum::<f64>() / v.len() as f64;
-    let var = if v.len() > 1 { v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64 } else { 0.0 };
-    (m, var.sqrt())
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 /// Runs `cmd` under `/usr/bin/time -f %M`; returns (stdout, peak RSS bytes).
@@ -117,6 +154,8 @@ fn llama_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<(f64, f64, u64
         o.n_prompt.to_string(),
         "-n".into(),
         o.n_gen.to_string(),
+        "-d".into(),
+        o.depth.to_string(),
         "-r".into(),
         "1".into(),
         "-o".into(),
@@ -130,7 +169,17 @@ fn llama_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<(f64, f64, u64
     Ok((pp, tg, rss))
 }
 
-fn ours_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<(f64, f64, f64, u64)> {
+/// One `gguf bench` run: pp, tg, its result JSON, peak RSS.
+struct OursRound {
+    pp: f64,
+    tg: f64,
+    load_ms: f64,
+    rss: u64,
+    dram_fraction: f64,
+    kernels: String,
+}
+
+fn ours_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<OursRound> {
     let args: Vec<String> = vec![
         "bench".into(),
         "-m".into(),
@@ -141,16 +190,33 @@ fn ours_round(bin: &Path, model: &Path, o: &BenchOpts) -> Result<(f64, f64, f64,
         o.n_prompt.to_string(),
         "-n".into(),
         o.n_gen.to_string(),
+        "-d".into(),
+        o.depth.to_string(),
         "-r".into(),
         "1".into(),
+        "--dram-bound".into(),
         "--json".into(),
     ];
     let (stdout, rss) = timed(bin, &args, &[])?;
     let v = last_json(&stdout)?;
     let results = v["results"].as_array().context("gguf bench --json: no results array")?;
     let (pp, tg) = pp_tg(results)?;
-    let load = v["load_ms"].as_f64().unwrap_or(f64::NAN);
-    Ok((pp, tg, load, rss))
+    let load_ms = v["load_ms"].as_f64().unwrap_or(f64::NAN);
+    let dram_fraction = results
+        .iter()
+        .find(|r| r["n_prompt"].as_u64() == Some(0))
+        .and_then(|r| r["dram_bound_fraction"].as_f64())
+        .unwrap_or(f64::NAN);
+    let kernels = v["weights"]["types"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| format!("{} {}", t["type"].as_str().unwrap_or("?"), t["kernel"].as_str().unwrap_or("?")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default();
+    Ok(OursRound { pp, tg, load_ms, rss, dram_fraction, kernels })
 }
 
 /// llama.cpp's load time: model + a context for pp + tg, through libllama.
@@ -171,25 +237,48 @@ pub fn run(cache: &Path, o: &BenchOpts) -> Result<()> {
     ensure!(Path::new("/usr/bin/time").is_file(), "/usr/bin/time (GNU time) is needed for peak RSS");
     let gguf = if o.llama_only { None } else { Some(gguf_binary(o.gguf.as_deref())?) };
     let ll = Llama::load(cache)?;
-    let names: Vec<String> =
-        if o.models.is_empty() { DEFAULT_MODELS.iter().map(|s| s.to_string()).collect() } else { o.models.clone() };
+    let names: Vec<String> = if o.models.is_empty() {
+        DEFAULT_MODELS.iter().map(|s| s.to_string()).collect()
+    } else {
+        o.models
+            .iter()
+            .flat_map(|m| if m == "matrix" { MATRIX.iter().map(|s| s.to_string()).collect() } else { vec![m.clone()] })
+            .collect()
+    };
     let models = targets(cache, &names, false, crate::synth::SEED)?;
     let mut rows = Vec::new();
     for t in &models {
-        eprintln!("== {} ({}), -t {}, {} rounds", t.label, t.path.display(), o.threads, o.rounds);
+        eprintln!(
+            "== {} ({}), -t {}, -d {}, {} rounds, load average {}",
+            t.label,
+            t.path.display(),
+            o.threads,
+            o.depth,
+            o.rounds,
+            load_average()
+        );
         let mut ours = Side::default();
         let mut theirs = Side::default();
         for round in 0..o.rounds.max(1) {
             if let Some(bin) = &gguf {
                 match ours_round(bin, &t.path, o) {
-                    Ok((pp, tg, load, rss)) => {
-                        ours.pp.push(pp);
-                        ours.tg.push(tg);
-                        ours.load_ms.push(load);
-                        ours.peak_rss = ours.peak_rss.max(rss);
+                    Ok(r) => {
+                        ours.pp.push(r.pp);
+                        ours.tg.push(r.tg);
+                        ours.load_ms.push(r.load_ms);
+                        ours.peak_rss = ours.peak_rss.max(r.rss);
+                        ours.dram.push(r.dram_fraction);
+                        if round == 0 {
+                            eprintln!("  kernels: {}", r.kernels);
+                        }
+                        ours.kernels = r.kernels;
                         eprintln!(
-                            "  round {round}: ours  pp {pp:8.1} t/s  tg {tg:7.2} t/s  load {load:.0} ms  rss {} MiB",
-                            rss >> 20
+                            "  round {round}: ours  pp {:8.1} t/s  tg {:7.2} t/s  load {:.0} ms  rss {} MiB  DRAM {:.0} %",
+                            r.pp,
+                            r.tg,
+                            r.load_ms,
+                            r.rss >> 20,
+                            r.dram_fraction * 100.0
                         );
                     }
                     Err(e) => eprintln!("  round {round}: ours failed: {e:#}"),
@@ -220,44 +309,53 @@ pub fn run(cache: &Path, o: &BenchOpts) -> Result<()> {
     Ok(())
 }
 
+/// The 1-minute load average (`/proc/loadavg`), or "?".
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
     let mut s = String::new();
     let (pp, tg) = (format!("pp{}", o.n_prompt), format!("tg{}", o.n_gen));
     let _ = writeln!(
         s,
-        "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, {} interleaved rounds, tokens/s mean ± sd (best round)\n",
-        o.threads, o.rounds
+        "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, -d {}, {} interleaved rounds: tokens/s median (min–max); \
+         ratio = median of the per-round ratios (their range); DRAM = decode's share of the measured DRAM read bound\n",
+        o.threads, o.depth, o.rounds
     );
     let _ = writeln!(
         s,
-        "| model | file MiB | {pp} ours | {pp} llama.cpp | ratio | {tg} ours | {tg} llama.cpp | ratio | load ms ours / llama.cpp | peak RSS MiB ours / llama.cpp |"
+        "| model | file MiB | {pp} ours | {pp} llama.cpp | ratio | {tg} ours | {tg} llama.cpp | ratio | DRAM ours | load ms ours / llama.cpp | peak RSS MiB ours / llama.cpp |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let best = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let lo = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let fmt = |v: &[f64]| {
-        let (m, sd) = mean_sd(v);
+        let m = median(v);
         if m.is_nan() {
             "-".to_string()
         } else {
-            format!("{m:.1} ± {sd:.1} (best {:.1})", best(v))
+            format!("{m:.1} ({:.1}–{:.1})", lo(v), hi(v))
         }
     };
-    // Ratio of the means, and of the best rounds (less sensitive to a loaded machine).
     let ratio = |a: &[f64], b: &[f64]| {
-        let r = mean_sd(a).0 / mean_sd(b).0;
-        let rb = best(a) / best(b);
-        if r.is_finite() {
-            format!("{r:.2}× (best {rb:.2}×)")
-        } else {
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).filter(|x| x.is_finite()).collect();
+        if r.is_empty() {
             "-".into()
+        } else {
+            format!("{:.2}× ({:.2}–{:.2})", median(&r), lo(&r), hi(&r))
         }
     };
     for (t, ours, theirs) in rows {
         let size = std::fs::metadata(&t.path).map(|m| m.len() as f64 / 1048576.0).unwrap_or(f64::NAN);
         let rss = |b: u64| if b == 0 { "-".to_string() } else { format!("{:.0}", b as f64 / 1048576.0) };
+        let dram = median(&ours.dram);
         let _ = writeln!(
             s,
-            "| {} | {size:.0} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {} / {} |",
+            "| {} | {size:.0} | {} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {} / {} |",
             t.label,
             fmt(&ours.pp),
             fmt(&theirs.pp),
@@ -265,13 +363,26 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
             fmt(&ours.tg),
             fmt(&theirs.tg),
             ratio(&ours.tg, &theirs.tg),
-            mean_sd(&ours.load_ms).0,
-            mean_sd(&theirs.load_ms).0,
+            if dram.is_nan() { "-".to_string() } else { format!("{:.0} %", dram * 100.0) },
+            median(&ours.load_ms),
+            median(&theirs.load_ms),
             rss(ours.peak_rss),
             rss(theirs.peak_rss),
         );
     }
+    let with_kernels: Vec<_> = rows.iter().filter(|(_, ours, _)| !ours.kernels.is_empty()).collect();
+    if !with_kernels.is_empty() {
+        let _ = writeln!(s, "\nKernel path per weight type (ours, this CPU{}):\n", cap_note());
+        for (t, ours, _) in with_kernels {
+            let _ = writeln!(s, "- {}: {}", t.label, ours.kernels);
+        }
+    }
     s
+}
+
+/// `, GGUF_CPU_FEATURES=…` when the kernels are capped.
+fn cap_note() -> String {
+    std::env::var("GGUF_CPU_FEATURES").map(|v| format!(", GGUF_CPU_FEATURES={v}")).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -289,10 +400,11 @@ mod tests {
     }
 
     #[test]
-    fn mean_sd_of_samples() {
-        let (m, sd) = mean_sd(&[1.0, 2.0, 3.0]);
-        assert!((m - 2.0).abs() < 1e-12 && (sd - 1.0).abs() < 1e-12);
-        assert!(mean_sd(&[]).0.is_nan());
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
+        assert_eq!(median(&[f64::NAN, 5.0]), 5.0);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! `~/.cache/gguf-engine` ([`models::cache_dir`]).
 
 mod bench;
+mod bench_files;
 mod bench_models;
 mod ggml;
 mod llama;
@@ -59,8 +60,13 @@ commands:
                                     issue 15: each family's synthetic file (synth::FAMILIES) vs
                                     libllama, F16 / Q8_0 KV: greedy 32 on 10 prompts, KL and
                                     top-1 per position, at -ub 1, 7, 64 via llama-perplexity
-  bench [--model NAME...] [-t 2] [-r 3] [-p 512] [-n 64] [--md FILE] [--llama-only]
-                                    gguf bench vs llama-bench, interleaved, ratio table
+  bench [--model NAME...] [-t 2] [-r 3] [-p 512] [-n 64] [-d 0] [--md FILE] [--llama-only]
+                                    gguf bench vs llama-bench, interleaved, ratio table of
+                                    medians, kernel path per weight type, decode's share of
+                                    the DRAM read bound; -d: llama-bench's depth (tokens in
+                                    the context before each test); --model matrix: issue 9's
+                                    files (SmolLM2 in 15 types, qwen2.5, gemma3, 1-3 B bench
+                                    files llama-1b/qwen3-1.7b-q4_k_m|q8_0|q4_0)
   llama-logits -m FILE (--prompt TEXT | --tokens 1,2,3) -o OUT [-n N] [-t N]
                                     llama.cpp's logits at every position (raw f32, as
                                     gguf logits writes them); -n: append its greedy tokens
@@ -91,6 +97,7 @@ struct Args {
     reps: usize,
     n_prompt: usize,
     n_gen: usize,
+    depth: usize,
     md: Option<String>,
     gguf: Option<String>,
     self_check: bool,
@@ -116,6 +123,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
         reps: 3,
         n_prompt: 512,
         n_gen: 64,
+        depth: 0,
         md: None,
         gguf: None,
         self_check: false,
@@ -149,6 +157,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "-r" | "--repetitions" => a.reps = num(it.next(), "-r")?,
             "-p" | "--n-prompt" => a.n_prompt = num(it.next(), "-p")?,
             "-n" | "--n-gen" => a.n_gen = num(it.next(), "-n")?,
+            "-d" | "--depth" => a.depth = num(it.next(), "-d")?,
             "--md" => a.md = Some(it.next().context("--md needs a file")?.clone()),
             "--gguf" => a.gguf = Some(it.next().context("--gguf needs a path")?.clone()),
             "--self-check" => a.self_check = true,
@@ -281,6 +290,7 @@ fn real_main() -> Result<()> {
                 rounds: args.reps,
                 n_prompt: args.n_prompt,
                 n_gen: args.n_gen,
+                depth: args.depth,
                 md: args.md.as_ref().map(Into::into),
                 llama_only: args.llama_only,
                 gguf: args.gguf.as_ref().map(Into::into),

@@ -668,11 +668,11 @@ pub fn ensure_family(cache: &Path, fam: &Family, seed: u64) -> Result<PathBuf> {
 
 /// Hands out the matrix types in turn; a K-quant on a row length that is not a multiple
 /// of 256 falls back to Q8_0 (as llama-quantize falls back for such rows).
-struct TypeCycle(usize);
+struct TypeCycle(usize, &'static [&'static str]);
 
 impl TypeCycle {
     fn next(&mut self, row: u64) -> &'static str {
-        let t = FAMILY_TYPES[self.0 % FAMILY_TYPES.len()];
+        let t = self.1[self.0 % self.1.len()];
         self.0 += 1;
         if t.ends_with("_K") && !row.is_multiple_of(256) {
             "q8_0"
@@ -683,6 +683,18 @@ impl TypeCycle {
 }
 
 fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<()> {
+    write_family_types(path, fam, seed, tok, FAMILY_TYPES)
+}
+
+/// [`write_family`] with the matrices cycling through `types` (`&["f16"]`: every matrix
+/// F16, a source for `llama-quantize`, as `crate::bench_files` writes its 1–3 B files).
+pub fn write_family_types(
+    path: &Path,
+    fam: &Family,
+    seed: u64,
+    tok: &GgufFile,
+    types: &'static [&'static str],
+) -> Result<()> {
     let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
         Some(a) => a.len() as u64,
         None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),
@@ -740,7 +752,7 @@ fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<
     let (e, q_dim, kv_dim) = (fam.n_embd, fam.n_head * fam.head_dim, fam.n_head_kv * fam.head_dim);
     let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
     let s_emb = 4.0 / (e as f64).sqrt();
-    let mut types = TypeCycle(0);
+    let mut types = TypeCycle(0, types);
     b.tensor("token_embd.weight", &[e, n_vocab], "q8_0", 0.0, s_emb)?;
     if fam.has(Feature::RopeFactors) {
         // Phi-3.5-mini's short factors run 1.0–2.9, its long ones 1.1–60.

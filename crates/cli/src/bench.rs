@@ -18,6 +18,10 @@ use gguf_models::{CacheType, Logits, Pool, State, StateOptions};
 
 use crate::engine::{load, peak_rss, threads, Loaded, ModelArgs, INTERRUPTED};
 
+mod weights;
+
+pub use weights::{dram_read_bound, weight_report, TypeUse, WeightReport};
+
 /// `gguf bench` (boxed: the parameter lists are many).
 #[derive(Args, Debug)]
 #[command(after_help = "Multiple values can be given for each test parameter by separating them with ',' or by \
@@ -164,6 +168,14 @@ pub struct BenchOpts {
     /// Print one JSON object instead (this tool's summary form).
     #[arg(long)]
     json: bool,
+    /// Print the kernel path of each weight type and the bytes of weights one decode
+    /// token reads (stderr; always part of `--json`).
+    #[arg(long)]
+    weights: bool,
+    /// Measure the DRAM read bound (a stream-read loop over 512 MiB) at each thread count
+    /// and report each generation test's share of it (stderr; `--json`: per result).
+    #[arg(long = "dram-bound")]
+    dram_bound: bool,
 }
 
 const FORMATS: [&str; 6] = ["csv", "json", "jsonl", "md", "sql", "none"];
@@ -1282,6 +1294,41 @@ fn load_model(name: Option<&str>) -> Result<Loaded> {
     })
 }
 
+/// Notes on stderr for the types that run the generic dequantize path; with `all`, every
+/// type's kernel path and the decode bytes.
+fn print_weights(w: &WeightReport, all: bool) {
+    for t in w.generic() {
+        eprintln!(
+            "note: {} {} matrices ({:.1} MiB) run the generic dequantize path: no {} kernel on this CPU",
+            t.tensors,
+            t.type_name,
+            t.bytes as f64 / 1048576.0,
+            t.type_name
+        );
+    }
+    if all {
+        for t in &w.types {
+            eprintln!(
+                "weights: {:>8} {:4} matrices {:9.1} MiB  {}",
+                t.type_name,
+                t.tensors,
+                t.bytes as f64 / 1048576.0,
+                t.path
+            );
+        }
+        eprintln!("weights: one decode token reads {:.1} MiB", w.decode_bytes as f64 / 1048576.0);
+    }
+}
+
+fn weights_json(w: &WeightReport) -> serde_json::Value {
+    serde_json::json!({
+        "decode_bytes": w.decode_bytes,
+        "types": w.types.iter().map(|t| serde_json::json!({
+            "type": t.type_name, "tensors": t.tensors, "bytes": t.bytes, "kernel": t.path,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 /// `gguf bench`: llama-bench's tests and output.
 pub fn run(args: &BenchArgs) -> Result<()> {
     let args = &*args.opts;
@@ -1315,6 +1362,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut pools: HashMap<usize, Arc<Pool>> = HashMap::new();
     let mut summary = Vec::new();
     let mut load_ms = None;
+    let mut report: Option<WeightReport> = None;
+    let mut first_report: Option<serde_json::Value> = None;
+    let mut bounds: HashMap<usize, f64> = HashMap::new();
     let count = insts.len();
     let progress = |msg: String| {
         if args.progress {
@@ -1332,9 +1382,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         let Some((_, l, info)) = loaded.as_ref() else { unreachable!("a model was just loaded") };
         load_ms.get_or_insert(l.load_ms);
-        if args.verbose && (i == 0 || insts[i - 1].model != inst.model) {
-            eprintln!("model: {} ({}), loaded in {:.0} ms", info.filename, l.model.describe(), l.load_ms);
+        if i == 0 || insts[i - 1].model != inst.model {
+            if args.verbose {
+                eprintln!("model: {} ({}), loaded in {:.0} ms", info.filename, l.model.describe(), l.load_ms);
+            }
+            let w = weight_report(&l.file);
+            print_weights(&w, args.weights || args.verbose);
+            report = Some(w);
         }
+        let decode_bytes = report.as_ref().map_or(0, |w| w.decode_bytes);
         let n_threads = inst.int(&p, "n_threads") as usize;
         let n_batch = inst.int(&p, "n_batch") as usize;
         let n_ubatch = inst.int(&p, "n_ubatch") as usize;
@@ -1344,6 +1400,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if pool.n_threads() < n_threads {
             eprintln!("warning: {n_threads} threads asked, the system started {}", pool.n_threads());
         }
+        let bound = (args.dram_bound && n_gen > 0).then(|| {
+            *bounds.entry(n_threads).or_insert_with(|| {
+                progress(format!("benchmark {k}/{count}: DRAM read bound at {n_threads} threads"));
+                let b = dram_read_bound(&pool, 512 << 20, 5);
+                eprintln!("DRAM read bound (stream-read loop, 512 MiB, {n_threads} threads): {:.1} GB/s", b / 1e9);
+                b
+            })
+        });
         let opts = StateOptions {
             n_ctx: n_prompt + n_gen + n_depth,
             n_threads,
@@ -1410,6 +1474,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             samples_ns.push((t0.elapsed().as_nanos() as u64).max(1));
         }
         let row = make_row(&p, inst, info, &cpu, test_time, samples_ns);
+        // decode reads every weight once per token: its share of the DRAM read bound
+        let bound_fraction = bound.filter(|_| n_prompt == 0).map(|b| row.avg_ts * decode_bytes as f64 / b);
+        if let Some(f) = bound_fraction {
+            eprintln!(
+                "{}: {:.2} t/s × {:.1} MiB of weights per token = {:.1} GB/s, {:.0} % of the DRAM read bound",
+                row.test_name(),
+                row.avg_ts,
+                decode_bytes as f64 / 1048576.0,
+                row.avg_ts * decode_bytes as f64 / 1e9,
+                f * 100.0
+            );
+        }
         if args.verbose {
             eprintln!(
                 "benchmark {k}/{count}: {} {:.2} t/s, KV cache {:.1} MiB, peak RSS {:.1} MiB",
@@ -1433,7 +1509,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 "n_depth": row.n_depth, "n_threads": n_threads, "n_batch": n_batch, "n_ubatch": n_ubatch,
                 "type_k": row.get("type_k"), "type_v": row.get("type_v"),
                 "avg_ts": row.avg_ts, "stddev_ts": row.stddev_ts, "samples_ts": row.samples_ts,
+                "decode_weight_bytes": decode_bytes,
+                "dram_read_bytes_per_s": bound, "dram_bound_fraction": bound_fraction,
             }));
+            if first_report.is_none() {
+                first_report = report.as_ref().map(weights_json);
+            }
         }
     }
     if let Some(o) = &out {
@@ -1449,6 +1530,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "n_threads": first("n_threads").parse::<u64>().unwrap_or(0),
             "load_ms": load_ms,
             "peak_rss_bytes": peak_rss(),
+            "weights": first_report,
             "results": summary,
         });
         println!("{v}");

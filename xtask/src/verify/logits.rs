@@ -129,6 +129,18 @@ pub fn targets(cache: &Path, names: &[String], quick: bool, synth_seed: u64) -> 
         "requant",
         Box::new(|| crate::requant_imatrix::ensure(&crate::requant_imatrix::MXFP4_ALL)),
     ));
+    // Only by name (or their group): not part of the default run.
+    for rq in crate::requant_imatrix::FTYPES.iter().filter(|r| r.name.starts_with("IQ") && r.imatrix) {
+        all.push((
+            format!("smollm2-{}", rq.name.to_ascii_lowercase()),
+            "requant-iq",
+            Box::new(move || crate::requant_imatrix::ensure(rq)),
+        ));
+    }
+    for (label, fam, ftype) in crate::bench_files::labels() {
+        let cache = cache.to_path_buf();
+        all.push((label, "bench", Box::new(move || crate::bench_files::ensure(&cache, fam, ftype))));
+    }
     let mut out = Vec::new();
     let mut add = |label: &str, kind: &'static str, path: PathBuf| {
         if !out.iter().any(|t: &Target| t.path == path) {
@@ -137,7 +149,9 @@ pub fn targets(cache: &Path, names: &[String], quick: bool, synth_seed: u64) -> 
     };
     if names.is_empty() {
         for (label, kind, make) in &all {
-            if !(quick && *kind == "requant") {
+            let by_name_only = matches!(*kind, "requant-iq" | "bench");
+            let skip = by_name_only || (quick && *kind == "requant");
+            if !skip {
                 add(label, kind, make()?);
             }
         }

@@ -475,3 +475,41 @@ fn bad_values_are_rejected_naming_the_flag() {
     assert_clean_error(&gguf(&["bench", "-m", "/nonexistent.gguf", "-r", "1"]), "/nonexistent.gguf");
     assert_clean_error(&gguf(&["bench", "-m", mp, "-p", "1-50000", "-n", "0", "-t", "1-8"]), "more than 100000 tests");
 }
+
+#[test]
+fn weights_report_names_each_types_kernel_and_the_decode_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path(), "q8", &Tiny { q8: true, ..Tiny::new("llama") }.with_tokenizer(), &[]);
+    let m = m.to_str().unwrap();
+    let o = ok(&["bench", "-m", m, "-p", "0", "-n", "4", "-r", "1", "--json", "--dram-bound"]);
+    let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    let types = v["weights"]["types"].as_array().expect("weights.types");
+    let names: Vec<&str> = types.iter().map(|t| t["type"].as_str().unwrap()).collect();
+    assert!(names.contains(&"q8_0"), "{names:?}");
+    for t in types {
+        let kernel = t["kernel"].as_str().unwrap();
+        let id = ggml_quants::lookup_name(t["type"].as_str().unwrap()).unwrap().id;
+        assert_eq!(kernel.split([',', '+']).next().unwrap(), quant_kernels::kernel_info(id), "{t}");
+        assert!(t["tensors"].as_u64().unwrap() > 0 && t["bytes"].as_u64().unwrap() > 0, "{t}");
+    }
+    // every matrix is read per decode token; the tokenizer's embeddings double as the
+    // output (no output.weight), so they count too
+    let file = gguf_format::GgufFile::open(std::path::Path::new(m)).unwrap();
+    let all: u64 = file.tensors().iter().map(|t| t.size.unwrap()).sum();
+    let decode = v["weights"]["decode_bytes"].as_u64().unwrap();
+    let has_output = file.tensors().iter().any(|t| t.name == "output.weight");
+    let embd = file.tensors().iter().find(|t| t.name == "token_embd.weight").unwrap().size.unwrap();
+    assert_eq!(decode, if has_output { all - embd } else { all });
+    let r = &v["results"][0];
+    assert_eq!(r["decode_weight_bytes"].as_u64(), Some(decode));
+    let bound = r["dram_read_bytes_per_s"].as_f64().unwrap();
+    let frac = r["dram_bound_fraction"].as_f64().unwrap();
+    assert!(bound > 1e8 && frac > 0.0, "{r}");
+    assert!((frac - r["avg_ts"].as_f64().unwrap() * decode as f64 / bound).abs() <= 1e-9 * frac.max(1.0), "{r}");
+    assert!(o.stderr.contains("of the DRAM read bound"), "{}", o.stderr);
+
+    let o = ok(&["bench", "-m", m, "-p", "0", "-n", "1", "-r", "1", "--weights"]);
+    assert!(o.stderr.contains("weights:     q8_0"), "{}", o.stderr);
+    assert!(o.stderr.contains("one decode token reads"), "{}", o.stderr);
+    assert!(!o.stderr.contains("generic dequantize path"), "q8_0 and f32 have kernels: {}", o.stderr);
+}

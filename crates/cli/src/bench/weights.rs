@@ -1,0 +1,140 @@
+//! What `gguf bench` reports beyond llama-bench's table: which kernel path each weight
+//! type takes on this CPU (and when one falls to the generic dequantize path), how many
+//! bytes of weights one decode token reads, and the machine's DRAM read bound at the
+//! benchmark's thread count, measured by a stream-read loop of our own.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Instant;
+
+use gguf_format::SplitGguf;
+use quant_kernels::registry::kernel_for;
+use quant_kernels::Pool;
+
+/// One weight type of a file and the kernel path its matrices take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeUse {
+    /// ggml type name (`q4_0`).
+    pub type_name: String,
+    /// Tensors of this type with two or more dimensions.
+    pub tensors: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The kernel: backend, `+tile` when it has a many-token kernel, the load-time layout
+    /// when some of these matrices are repacked; `generic-dequant` when no kernel exists.
+    pub path: String,
+}
+
+/// The weights of one file, as decoding reads them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightReport {
+    /// Per weight type, by name.
+    pub types: Vec<TypeUse>,
+    /// Bytes of weights one decode token reads: every tensor but the token embeddings (one
+    /// row of which is read, unless they double as the output matrix), MoE expert tensors
+    /// (`*_exps`) scaled by `expert_used_count / expert_count`.
+    pub decode_bytes: u64,
+}
+
+impl WeightReport {
+    /// The types that run the generic dequantize path.
+    pub fn generic(&self) -> impl Iterator<Item = &TypeUse> {
+        self.types.iter().filter(|t| t.path == GENERIC)
+    }
+}
+
+const GENERIC: &str = "generic-dequant";
+
+/// The report for `file` on this CPU (under `GGUF_CPU_FEATURES`, as the kernels are chosen).
+pub fn weight_report(file: &SplitGguf) -> WeightReport {
+    let md = file.metadata();
+    let arch = md.get_str("general.architecture").unwrap_or("");
+    let key = |k: &str| md.get_u64(&format!("{arch}.{k}"));
+    let experts = key("expert_count").unwrap_or(0);
+    let used = key("expert_used_count").unwrap_or(0);
+    let tensors = file.tensors();
+    let tied = !tensors.iter().any(|t| t.name == "output.weight");
+    // (tensors, bytes, repacked matrices) per type id
+    let mut per_type: BTreeMap<u32, (usize, u64, usize)> = BTreeMap::new();
+    let mut decode = 0f64;
+    for t in tensors.iter() {
+        let bytes = t.size.unwrap_or(0);
+        let is_embd = t.name == "token_embd.weight";
+        if !is_embd || tied {
+            decode += if t.name.contains("_exps") && experts > 0 {
+                bytes as f64 * used.min(experts) as f64 / experts as f64
+            } else {
+                bytes as f64
+            };
+        }
+        if t.dims.len() < 2 {
+            continue;
+        }
+        let e = per_type.entry(t.type_id).or_default();
+        e.0 += 1;
+        e.1 += bytes;
+        let (cols, rows) = (t.dims[0] as usize, t.dims[1..].iter().product::<u64>() as usize);
+        let repacked = kernel_for(t.type_id).and_then(|k| k.repack.as_ref()).is_some_and(|r| (r.applies)(rows, cols));
+        e.2 += usize::from(repacked);
+    }
+    let types = per_type
+        .into_iter()
+        .map(|(id, (n, bytes, repacked))| {
+            let type_name = ggml_quants::by_id(id).map(|t| t.name.to_string()).unwrap_or_else(|| format!("type {id}"));
+            let path = match kernel_for(id) {
+                None => GENERIC.to_string(),
+                Some(k) => {
+                    let mut p = k.backend.to_string();
+                    if k.tile.is_some() {
+                        p.push_str("+tile");
+                    }
+                    if let Some(r) = k.repack.as_ref().filter(|_| repacked > 0) {
+                        p.push_str(&format!(", {} layout for {repacked} of {n}", r.name));
+                    }
+                    p
+                }
+            };
+            TypeUse { type_name, tensors: n, bytes, path }
+        })
+        .collect();
+    WeightReport { types, decode_bytes: decode as u64 }
+}
+
+/// Sequential read bandwidth in bytes per second over `bytes` (rounded to whole 2 MiB
+/// chunks, at least one) with the threads of `pool`: the best of `passes` passes after one
+/// that faults the pages in. Each chunk is summed with eight independent accumulators, so
+/// the loop is bound by memory, not by the adds.
+pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> f64 {
+    const CHUNK: usize = 2 << 20;
+    let n_chunks = bytes.div_ceil(CHUNK).max(1);
+    let words = CHUNK / 8;
+    let buf: Vec<u64> = (0..(n_chunks * words) as u64).collect();
+    let pass = || {
+        let t = Instant::now();
+        pool.for_each(n_chunks, &|c| {
+            let mut acc = [0u64; 8];
+            for w in buf[c * words..(c + 1) * words].chunks_exact(8) {
+                for k in 0..8 {
+                    acc[k] = acc[k].wrapping_add(w[k]);
+                }
+            }
+            black_box(acc);
+        });
+        t.elapsed().as_secs_f64()
+    };
+    pass();
+    let best = (0..passes.max(1)).map(|_| pass()).fold(f64::INFINITY, f64::min);
+    (n_chunks * CHUNK) as f64 / best.max(1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_loop_measures_a_positive_finite_rate() {
+        let pool = Pool::new(2);
+        let r = dram_read_bound(&pool, 8 << 20, 2);
+        assert!(r.is_finite() && r > 1e8, "{r}");
+    }
+}
