@@ -172,7 +172,7 @@ impl Device {
     /// Element count of `src` as whole blocks of `type_id`.
     fn elements(type_id: u32, src: &[u8], op: &'static str) -> Result<usize> {
         let t = ggml_quants::by_id(type_id).ok_or_else(|| unsupported(op, type_id))?;
-        if src.len() % t.type_size != 0 {
+        if !src.len().is_multiple_of(t.type_size) {
             return Err(Error::Shape {
                 op,
                 detail: format!(
@@ -224,7 +224,7 @@ impl Device {
     }
 
     fn quantize_q8_1_dev(&self, x: &CudaSlice<f32>, n: usize) -> Result<CudaSlice<u8>> {
-        if n % 32 != 0 {
+        if !n.is_multiple_of(32) {
             return Err(Error::Shape { op: "quantize_q8_1", detail: format!("{n} elements is not a multiple of 32") });
         }
         let k = Device::kernels(9)?;
@@ -272,10 +272,10 @@ impl Device {
                 t.name
             )));
         }
-        if x.is_empty() || x.len() % ncols != 0 {
+        if x.is_empty() || !x.len().is_multiple_of(ncols) {
             return Err(bad(format!("{} activations is not a whole number of rows of {ncols}", x.len())));
         }
-        if mv.act == Act::Q8_1 && ncols % 32 != 0 {
+        if mv.act == Act::Q8_1 && !ncols.is_multiple_of(32) {
             return Err(bad(format!("{ncols} columns is not a multiple of 32 (q8_1 activations)")));
         }
         let ntok = x.len() / ncols;
