@@ -133,6 +133,11 @@ const LLAMA_SHORT_FLAGS: &[(&str, &str)] = &[
 /// other commands drop or refuse them.
 const BENCH_FLAGS: &[(&str, &str)] = &[("-ngl", "--n-gpu-layers"), ("-fa", "--flash-attn"), ("-dev", "--device")];
 
+/// The engine commands that take `-ngl` and `-dev` (`crate::device`), where the others
+/// drop or refuse them.
+const DEVICE_COMMANDS: &[&str] = &["run", "chat", "logits", "perplexity", "serve"];
+const DEVICE_FLAGS: &[(&str, &str)] = &[("-ngl", "--n-gpu-layers"), ("-dev", "--device")];
+
 /// Every spelling of every llama.cpp flag (llama-cli/-completion/-server/... and
 /// llama-bench), written by `scripts/flag_table.py --flags-out`: one this command does not
 /// take is named as such, not as an unknown argument.
@@ -182,6 +187,7 @@ fn llama_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, 
     let mut out = Vec::with_capacity(args.len());
     let command = subcommand(&args).unwrap_or_default();
     let bench = command == "bench";
+    let device = DEVICE_COMMANDS.contains(&command.as_str());
     let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
         let s = a.to_str().unwrap_or_default();
@@ -192,6 +198,16 @@ fn llama_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, 
         if bench {
             if let Some((_, long)) = BENCH_FLAGS.iter().find(|(f, long)| *f == s || *long == flag) {
                 out.push(if *long == flag { a } else { long.into() });
+                continue;
+            }
+        }
+        if device {
+            if let Some((_, long)) = DEVICE_FLAGS.iter().find(|(f, long)| *f == s || *long == flag) {
+                out.push(if *long == flag { a } else { long.into() });
+                continue;
+            }
+            if flag == "--gpu-layers" {
+                out.push(a);
                 continue;
             }
         }

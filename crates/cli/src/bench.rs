@@ -76,7 +76,8 @@ pub struct BenchOpts {
     /// briefly, then park.
     #[arg(long = "poll", value_name = "N", allow_hyphen_values = true, value_parser = nonneg_list)]
     poll: Vec<Ints>,
-    /// Layers on the GPU [default: -1]; accepted and reported, every layer runs on the CPU.
+    /// Layers on the GPU [default: -1]; 0 and -1 run on the CPU; N > 0 asks for CUDA (not
+    /// implemented yet: stops with an error saying what is missing).
     #[arg(long = "n-gpu-layers", value_name = "N", allow_hyphen_values = true, value_parser = int_list)]
     n_gpu_layers: Vec<Ints>,
     /// MoE layers whose experts stay on the CPU [default: 0]; accepted and reported, all
@@ -98,7 +99,8 @@ pub struct BenchOpts {
     /// rows measure the same kernels.
     #[arg(long = "flash-attn", value_name = "on|off|auto", value_delimiter = ',', allow_hyphen_values = true, value_parser = flash_attn)]
     flash_attn: Vec<String>,
-    /// Devices: auto or none (only the CPU here) [default: auto].
+    /// Devices: auto, none, or cuda / cuda:N (CUDA runs are not implemented yet: a CUDA
+    /// device stops with an error saying what is missing) [default: auto].
     #[arg(long = "device", value_name = "DEV", value_delimiter = ',', value_parser = device)]
     devices: Vec<String>,
     /// Load mode: auto, none, mmap, mlock, mmap+mlock, dio [default: auto]; accepted and
@@ -296,14 +298,28 @@ fn flash_attn(s: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// `-dev`: llama-bench's `parse_devices_arg`, where no device but the CPU exists.
+/// `-dev`: llama-bench's `parse_devices_arg`: auto, none, or a CUDA device (`cuda`,
+/// `cuda:N`, `CUDA0`; see [`cuda_request`]).
 fn device(s: &str) -> std::result::Result<String, String> {
     match s.trim() {
         "" => Err("no devices specified".into()),
         "auto" => Ok("auto".into()),
         "none" => Ok("none".into()),
-        d => Err(format!("invalid device: {d} (no devices besides the CPU: auto or none)")),
+        d if gguf_cuda::parse_device(d).is_ok_and(|d| d != gguf_cuda::DeviceSpec::Cpu) => Ok(d.into()),
+        d => Err(format!("invalid device: {d} (auto, none, or cuda / cuda:N)")),
     }
+}
+
+/// The CUDA device a run asks for (`crate::device`'s rules over the lists): a `cuda`
+/// device, or `-ngl N > 0` without `-dev none`.
+fn cuda_request(a: &BenchOpts) -> Option<(usize, String)> {
+    for d in &a.devices {
+        if let Ok(gguf_cuda::DeviceSpec::Cuda(i)) = gguf_cuda::parse_device(d) {
+            return Some((i, format!("--device {d}")));
+        }
+    }
+    let none = a.devices.iter().any(|d| d == "none");
+    ints(&a.n_gpu_layers).into_iter().find(|&n| n > 0 && !none).map(|n| (0, format!("-ngl {n}")))
 }
 
 /// `-C`: a hex mask (llama.cpp's `parse_cpu_mask`), kept as written.
@@ -1336,6 +1352,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         println!("Available devices:\n  (none)");
         return Ok(());
     }
+    if let Some((ordinal, what)) = cuda_request(args) {
+        crate::device::require_cuda(ordinal, &what)?;
+    }
     let p = Params::new(args)?;
     let insts = p.instances()?;
     for n in p.notes(args) {
@@ -1624,7 +1643,7 @@ mod tests {
         let a = parse(&["--flash-attn", "auto"]).unwrap();
         let p = Params::new(&a).unwrap();
         assert!(!p.axis("flash_attn").varies() && p.notes(&a).is_empty());
-        for bad in [&["--flash-attn", "maybe"][..], &["--n-gpu-layers", "x"], &["--device", "CUDA0"]] {
+        for bad in [&["--flash-attn", "maybe"][..], &["--n-gpu-layers", "x"], &["--device", "vulkan0"]] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(bad[0]), "{e}");
         }

@@ -25,6 +25,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
+    device: crate::device::DeviceArgs,
+    #[command(flatten)]
     sample: SampleArgs,
     /// System prompt.
     #[arg(long = "system-prompt", visible_alias = "sys")]
@@ -157,6 +159,7 @@ fn fit(l: &Loaded, t: &ChatTemplate, messages: &mut Vec<Message>, n_ctx: usize) 
 
 /// `gguf chat`: an interactive conversation rendered with the file's chat template.
 pub fn chat(args: &ChatArgs) -> Result<()> {
+    args.device.check()?;
     let l = load(&args.model)?;
     let template = template(&l, args)?;
     let mut st = state(&l, &args.model)?;

@@ -62,6 +62,8 @@ pub struct RunArgs {
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
+    device: crate::device::DeviceArgs,
+    #[command(flatten)]
     sample: SampleArgs,
     /// The prompt.
     #[arg(short = 'p', long)]
@@ -120,6 +122,8 @@ pub struct RunArgs {
 pub struct LogitsArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    device: crate::device::DeviceArgs,
     /// The prompt.
     #[arg(short = 'p', long)]
     prompt: Option<String>,
@@ -323,6 +327,7 @@ impl RunArgs {
 
 /// `gguf run`.
 pub fn run(args: &RunArgs) -> Result<()> {
+    args.device.check()?;
     let l = load(&args.model)?;
     let mut st = state(&l, &args.model)?;
     let prompt = match &args.system_prompt {
@@ -462,6 +467,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
 
 /// `gguf logits`.
 pub fn logits(args: &LogitsArgs) -> Result<()> {
+    args.device.check()?;
     let l = load(&args.model)?;
     let mut st = state(&l, &args.model)?;
     let toks = prompt_tokens(&l, args.prompt.as_deref(), None, args.tokens.as_deref(), false)?;

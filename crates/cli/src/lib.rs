@@ -15,6 +15,7 @@ mod app;
 pub use app::main;
 pub mod bench;
 pub mod chat;
+pub mod device;
 pub mod engine;
 pub mod fetch;
 pub mod imatrix;

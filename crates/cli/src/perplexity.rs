@@ -24,6 +24,9 @@ pub struct PerplexityArgs {
     /// Model, threads, context (`-c`, default 512 here as in llama-perplexity), caches.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// `--device`, `-ngl`.
+    #[command(flatten)]
+    pub device: crate::device::DeviceArgs,
     /// The text to score.
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
@@ -224,6 +227,7 @@ fn read_i32(r: &mut impl Read, what: &str) -> Result<i32> {
 
 /// Runs `gguf perplexity`.
 pub fn run(a: &PerplexityArgs) -> Result<()> {
+    a.device.check()?;
     let l = engine::load(&a.model)?;
     let n_vocab = l.model.n_vocab();
     let add_bos = l.tok.add_bos();

@@ -14,6 +14,9 @@ pub struct ServeArgs {
     /// The GGUF model; without it, the default model (fetched on first use).
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
+    /// `--device`, `-ngl`.
+    #[command(flatten)]
+    pub device: crate::device::DeviceArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -103,6 +106,7 @@ pub struct ServeArgs {
 
 /// Runs the server until SIGTERM / Ctrl-C.
 pub fn run(args: &ServeArgs) -> Result<()> {
+    args.device.check()?;
     let model = match &args.model {
         Some(p) => p.clone(),
         None if args.offline => match fetch::cached(fetch::default_model()) {

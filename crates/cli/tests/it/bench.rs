@@ -382,8 +382,8 @@ fn llama_bench_short_flags_take_lists() {
     let m = model(d.path());
     let mp = m.to_str().unwrap();
     let o = ok(&[
-        "bench", "-m", mp, "-p", "4", "-n", "0", "-r", "1", "-t", "1", "-fa", "0,1", "-ngl", "99", "-nkvo", "0,1",
-        "-o", "jsonl",
+        "bench", "-m", mp, "-p", "4", "-n", "0", "-r", "1", "-t", "1", "-fa", "0,1", "-ngl", "0", "-nkvo", "0,1", "-o",
+        "jsonl",
     ]);
     let rows = jsonl(&o);
     let got: Vec<(i64, bool, i64)> = rows
@@ -397,7 +397,7 @@ fn llama_bench_short_flags_take_lists() {
         })
         .collect();
     // llama-bench's loop order: nkvo outside fa (flash_attn is llama-bench's int: -1 auto, 0, 1)
-    assert_eq!(got, [(0, false, 99), (1, false, 99), (0, true, 99), (1, true, 99)], "{}", o.stdout);
+    assert_eq!(got, [(0, false, 0), (1, false, 0), (0, true, 0), (1, true, 0)], "{}", o.stdout);
     assert!(rows.iter().all(|r| r["n_prompt"] == 4));
 }
 
