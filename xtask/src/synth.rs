@@ -670,6 +670,40 @@ pub const FAMILIES: &[Family] = &[
             ("ssm.inner_size", Kv::U32(4096)),
         ],
     },
+    Family {
+        name: "qwen35moe",
+        arch: "qwen35moe",
+        layout: "Qwen3.5-35B-A3B (2048 wide; gated attention 16 heads / 2 KV heads of 256, rope on 64 dims, \
+                 M-RoPE sections 11/11/10/0, base 1e7; gated delta net 16 key heads / 32 value heads of 128, conv 4; \
+                 8 of 64 experts instead of 256, expert FFN 256 instead of 512, shared expert FFN 512 with its \
+                 sigmoid gate), 3 delta-net layers + 1 attention layer, untied output, qwen35 vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("qwen35"),
+        n_layer: 4,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 2,
+        head_dim: 256,
+        n_ff: 0,
+        n_expert: 64,
+        n_expert_used: 8,
+        n_ff_exp: 256,
+        rope_base: 10_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 262_144,
+        features: &[Feature::DeltaNet, Feature::QkNorm, Feature::HeadDimKeys, Feature::Output],
+        kv: &[
+            ("rope.dimension_count", Kv::U32(64)),
+            ("rope.dimension_sections", Kv::I32s(&[11, 11, 10, 0])),
+            ("full_attention_interval", Kv::U32(4)),
+            ("ssm.conv_kernel", Kv::U32(4)),
+            ("ssm.state_size", Kv::U32(128)),
+            ("ssm.group_count", Kv::U32(16)),
+            ("ssm.time_step_rank", Kv::U32(32)),
+            ("ssm.inner_size", Kv::U32(4096)),
+            ("expert_shared_feed_forward_length", Kv::U32(512)),
+        ],
+    },
 ];
 
 /// The family named `name`.
@@ -912,6 +946,26 @@ fn write_hybrid_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
         b.tensor(&p("attn_k_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
     }
     b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if fam.n_expert > 0 {
+        // qwen35moe: routed experts and the shared expert with its one-output gate
+        let (n, f) = (fam.n_expert, fam.n_ff_exp);
+        b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
+        let mut expert_type = |row: u64| loop {
+            let t = types.next(row);
+            if t != "f16" {
+                break t;
+            }
+        };
+        b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+        let fs = fam_u32(fam, "expert_shared_feed_forward_length")?;
+        b.tensor(&p("ffn_gate_inp_shexp.weight"), &[e], "f32", 0.0, s(e))?;
+        b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_up_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_down_shexp.weight"), &[fs, e], types.next(fs), 0.0, s(fs))?;
+        return Ok(());
+    }
     let f = fam.n_ff;
     b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;

@@ -1,10 +1,11 @@
-//! `qwen35`: Qwen3.5 (`src/models/qwen35.cpp`) — a hybrid of gated delta net layers
+//! `qwen35` / `qwen35moe`: Qwen3.5 (`src/models/qwen35.cpp`, `qwen35moe.cpp`) — a hybrid of gated delta net layers
 //! ([`DeltaNet`], linear attention with a recurrent state) and gated full-attention
 //! layers (every `full_attention_interval`-th, or as `attention.recurrent_layers` marks
 //! them): the query projection carries a per-head output gate (`sigmoid`, before
 //! `attn_output`), QK-norm, interleaved M-RoPE (`IMROPE`) on the first
 //! `rope.dimension_count` dimensions. Each block is `x += mixer(norm(x))`, then
-//! `x += ffn(post_attention_norm(x))` with a SwiGLU FFN.
+//! `x += ffn(post_attention_norm(x))` with a SwiGLU FFN — for qwen35moe routed experts
+//! (softmax, top-k renormalized) plus a shared expert scaled by its own sigmoid gate.
 //!
 //! For text every M-RoPE section takes the token's position (llama.cpp fills the three
 //! first position rows with it and the fourth with 0), so the rotation is NeoX's over
@@ -42,6 +43,21 @@ gguf_registry::submit! {
     }
 }
 
+gguf_registry::submit! {
+    Architecture {
+        name: "qwen35moe",
+        load: |file| Ok(Box::new(Hybrid::load(file, "qwen35moe")?)),
+        ..Architecture::BASE
+    }
+}
+
+/// qwen35moe's shared expert: a SwiGLU FFN whose output is scaled per token by
+/// `sigmoid(ffn_gate_inp_shexp · x)` and added to the routed experts' output.
+struct SharedExpert {
+    ffn: GatedFfn,
+    gate: Linear,
+}
+
 /// What mixes the tokens in one layer.
 enum Mixer {
     /// Gated full attention over the layer's KV cache (index into the state's caches).
@@ -55,6 +71,7 @@ struct Layer {
     mixer: Mixer,
     post_norm: RmsNorm,
     ffn: Ffn,
+    shared: Option<SharedExpert>,
 }
 
 /// A loaded Qwen3.5-style hybrid model.
@@ -154,8 +171,12 @@ impl Hybrid {
                 hp.head_k, hp.head_v
             )));
         }
-        if hp.n_expert > 0 {
-            return Err(Error::Unsupported(format!("{arch} with experts is `qwen35moe`, not supported yet")));
+        let moe = arch == "qwen35moe";
+        if moe && hp.n_expert == 0 {
+            return Err(Error::MissingKey(ld.key("expert_count")));
+        }
+        if !moe && hp.n_expert > 0 {
+            return Err(Error::Invalid(format!("{arch} has no experts: unexpected `{}`", ld.key("expert_count"))));
         }
         let sections = ld
             .opt_u32_per_layer("rope.dimension_sections", 4)?
@@ -194,15 +215,55 @@ impl Hybrid {
                 n_attn += 1;
                 Mixer::Attn(Box::new(attn), n_attn - 1)
             };
-            if hp.n_ff[il] == 0 {
-                return Err(Error::MissingKey(ld.key("feed_forward_length")));
-            }
-            let mut ffn = Ffn::Dense(GatedFfn::load(&ld, il, e, hp.n_ff[il], Activation::Silu)?);
-            ffn.repack()?;
-            layers.push(Layer { attn_norm, mixer, post_norm, ffn });
+            let (ffn, shared) = if moe { moe_ffn(&ld, il, &hp)? } else { (dense_ffn(&ld, il, &hp)?, None) };
+            layers.push(Layer { attn_norm, mixer, post_norm, ffn, shared });
         }
         Ok(Hybrid { arch, hp, dims, tok_embd, output, output_norm, layers, n_attn, n_recr })
     }
+}
+
+/// Layer `il`'s SwiGLU FFN (`ffn_gate`, `ffn_up`, `ffn_down`).
+fn dense_ffn(ld: &Loader<'_>, il: usize, hp: &Hparams) -> Result<Ffn> {
+    if hp.n_ff[il] == 0 {
+        return Err(Error::MissingKey(ld.key("feed_forward_length")));
+    }
+    let mut ffn = Ffn::Dense(GatedFfn::load(ld, il, hp.n_embd, hp.n_ff[il], Activation::Silu)?);
+    ffn.repack()?;
+    Ok(ffn)
+}
+
+/// Layer `il`'s routed experts (softmax router, top-k renormalized, `expert_weights_scale`)
+/// and its shared expert (`ffn_{gate,up,down}_shexp` of `expert_shared_feed_forward_length`
+/// units, else `feed_forward_length`; gate `ffn_gate_inp_shexp`), as
+/// `llama_model_qwen35moe` builds them.
+fn moe_ffn(ld: &Loader<'_>, il: usize, hp: &Hparams) -> Result<(Ffn, Option<SharedExpert>)> {
+    let e = hp.n_embd;
+    let ff_exp = if hp.n_ff_exp > 0 { hp.n_ff_exp } else { hp.n_ff[il] / hp.n_expert_used };
+    if ff_exp == 0 {
+        return Err(Error::MissingKey(ld.key("expert_feed_forward_length")));
+    }
+    let mut m = crate::blocks::Moe::load(ld, il, e, ff_exp, hp.n_expert, hp.n_expert_used)?;
+    m.norm_weights = true;
+    m.weights_scale = hp.expert_weights_scale;
+    m.act = Activation::Silu;
+    let ff_sh = match ld.opt_u32("expert_shared_feed_forward_length")? {
+        Some(v) if v > 0 => v as usize,
+        _ => hp.n_ff[il],
+    };
+    if ff_sh == 0 {
+        return Err(Error::MissingKey(ld.key("expert_shared_feed_forward_length")));
+    }
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let mut ffn = GatedFfn {
+        gate: Linear::load(ld, &n("ffn_gate_shexp"), e, ff_sh)?,
+        up: Linear::load(ld, &n("ffn_up_shexp"), e, ff_sh)?,
+        down: Linear::load(ld, &n("ffn_down_shexp"), ff_sh, e)?,
+        act: Activation::Silu,
+        fused: None,
+    };
+    ffn.repack()?;
+    let gate = Linear::load(ld, &n("ffn_gate_inp_shexp"), e, 1)?;
+    Ok((Ffn::Moe(m), Some(SharedExpert { ffn, gate })))
 }
 
 /// Layer `il`'s gated attention: `attn_q` of `2·head_k` rows per head (query, gate),
@@ -312,10 +373,24 @@ impl Hybrid {
             layer.post_norm.forward(&x, h);
             dump(&format!("attn_post_norm-{il}"), h);
             layer.ffn.forward(&pass, il, h, &[(0, n)], ffn, a)?;
+            if let Some(sh) = &layer.shared {
+                dump(&format!("ffn_moe_out-{il}"), a);
+                let mut y = Vec::new();
+                sh.ffn.forward(&pass, il, h, ffn, &mut y)?;
+                sh.gate.forward(&pass, h, tmp)?;
+                // ggml_mul(ffn_shexp, sigmoid(gate)) broadcast over the row, then
+                // ggml_add(moe_out, ffn_shexp)
+                for (row, &g) in y.chunks_exact_mut(e).zip(tmp.iter()) {
+                    let s = crate::blocks::sigmoid(g);
+                    for v in row.iter_mut() {
+                        *v *= s;
+                    }
+                }
+                ops::add_inplace(a, &y);
+            }
             dump(&format!("ffn_out-{il}"), a);
             ops::add_inplace(&mut x, a);
             dump(&format!("l_out-{il}"), &x);
-            let _ = tmp;
         }
         st.n_past += n;
         let (r0, m, out_rows) = match logits {
@@ -352,7 +427,12 @@ impl Model for Hybrid {
 
     fn describe(&self) -> String {
         let (hp, d) = (&self.hp, &self.dims);
-        format!(
+        let experts = if hp.n_expert > 0 {
+            format!(", {} experts ({} used) and a shared expert", hp.n_expert, hp.n_expert_used)
+        } else {
+            String::new()
+        };
+        let s = format!(
             "{}: {} layers ({} gated delta net, {} gated attention), n_embd {}, attention {} heads / {} KV heads of {} \
              (rope dims {}), delta net {} key heads / {} value heads of {}, conv {}, n_vocab {}",
             self.arch,
@@ -369,7 +449,8 @@ impl Model for Hybrid {
             d.head_v,
             d.d_conv,
             self.tok_embd.n_vocab()
-        )
+        );
+        s + &experts
     }
 
     fn new_state(&self, opts: &StateOptions) -> Result<Box<dyn State>> {
