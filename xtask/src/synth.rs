@@ -151,6 +151,13 @@ impl Builder<'_> {
         self.w.add_tensor_owned(name, dims, t.id, bytes).with_context(|| format!("adding {name}"))?;
         Ok(())
     }
+
+    /// An F32 tensor of `dims` holding `data`.
+    fn tensor_data(&mut self, name: &str, dims: &[u64], data: &[f32]) -> Result<()> {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.w.add_tensor_owned(name, dims, 0, bytes).with_context(|| format!("adding {name}"))?;
+        Ok(())
+    }
 }
 
 fn write(path: &Path, arch: &str, seed: u64, tok: &GgufFile) -> Result<()> {
@@ -305,6 +312,8 @@ pub enum Kv {
     U32(u32),
     /// `float32`.
     F32(f32),
+    /// An array of `int32`.
+    I32s(&'static [i32]),
 }
 
 /// What sets a family's file apart from the plain llama layout.
@@ -334,6 +343,11 @@ pub enum Feature {
     FusedUp,
     /// LongRoPE's `rope_factors_short` / `rope_factors_long` (`head / 2` each; Phi-3.5).
     RopeFactors,
+    /// Qwen3.5's hybrid layers: gated delta nets (`attn_qkv`, `attn_gate`, `ssm_*`, shaped
+    /// by the `ssm.*` keys of [`Family::kv`]) except every `full_attention_interval`-th
+    /// layer, a gated attention (`attn_q` of two heads' rows per head: query and gate,
+    /// QK-norm); `post_attention_norm` in place of `ffn_norm`.
+    DeltaNet,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -623,6 +637,73 @@ pub const FAMILIES: &[Family] = &[
             ("attention.sliding_window", Kv::U32(262_144)),
         ],
     },
+    Family {
+        name: "qwen35",
+        arch: "qwen35",
+        layout: "Qwen3.5 hybrid, 0.8B-sized (1024 wide, FFN 3584; gated attention 8 heads / 2 KV heads of 256, \
+                 rope on 64 dims, M-RoPE sections 11/11/10/0, base 1e7; gated delta net 16 key heads / 32 value \
+                 heads of 128 (the larger Qwen3.5 models' 1:2 ratio), conv 4), 3 delta-net layers + 1 attention \
+                 layer (full_attention_interval 4), tied output, qwen35 vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("qwen35"),
+        n_layer: 4,
+        n_embd: 1024,
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 256,
+        n_ff: 3584,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 262_144,
+        features: &[Feature::DeltaNet, Feature::QkNorm, Feature::HeadDimKeys],
+        kv: &[
+            ("rope.dimension_count", Kv::U32(64)),
+            ("rope.dimension_sections", Kv::I32s(&[11, 11, 10, 0])),
+            ("full_attention_interval", Kv::U32(4)),
+            ("ssm.conv_kernel", Kv::U32(4)),
+            ("ssm.state_size", Kv::U32(128)),
+            ("ssm.group_count", Kv::U32(16)),
+            ("ssm.time_step_rank", Kv::U32(32)),
+            ("ssm.inner_size", Kv::U32(4096)),
+        ],
+    },
+    Family {
+        name: "qwen35moe",
+        arch: "qwen35moe",
+        layout: "Qwen3.5-35B-A3B (2048 wide; gated attention 16 heads / 2 KV heads of 256, rope on 64 dims, \
+                 M-RoPE sections 11/11/10/0, base 1e7; gated delta net 16 key heads / 32 value heads of 128, conv 4; \
+                 8 of 64 experts instead of 256, expert FFN 256 instead of 512, shared expert FFN 512 with its \
+                 sigmoid gate), 3 delta-net layers + 1 attention layer, untied output, qwen35 vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("qwen35"),
+        n_layer: 4,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 2,
+        head_dim: 256,
+        n_ff: 0,
+        n_expert: 64,
+        n_expert_used: 8,
+        n_ff_exp: 256,
+        rope_base: 10_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 262_144,
+        features: &[Feature::DeltaNet, Feature::QkNorm, Feature::HeadDimKeys, Feature::Output],
+        kv: &[
+            ("rope.dimension_count", Kv::U32(64)),
+            ("rope.dimension_sections", Kv::I32s(&[11, 11, 10, 0])),
+            ("full_attention_interval", Kv::U32(4)),
+            ("ssm.conv_kernel", Kv::U32(4)),
+            ("ssm.state_size", Kv::U32(128)),
+            ("ssm.group_count", Kv::U32(16)),
+            ("ssm.time_step_rank", Kv::U32(32)),
+            ("ssm.inner_size", Kv::U32(4096)),
+            ("expert_shared_feed_forward_length", Kv::U32(512)),
+        ],
+    },
 ];
 
 /// The family named `name`.
@@ -738,6 +819,7 @@ pub fn write_family_types(
         match v {
             Kv::U32(x) => w.add_kv(&k(key), x),
             Kv::F32(x) => w.add_kv(&k(key), x),
+            Kv::I32s(x) => w.add_kv(&k(key), gguf_format::Array::I32(x.to_vec())),
         };
     }
     for (key, value) in tok.metadata().iter() {
@@ -761,6 +843,10 @@ pub fn write_family_types(
     }
     for il in 0..fam.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
+        if fam.has(Feature::DeltaNet) {
+            write_hybrid_layer(&mut b, &mut types, fam, il)?;
+            continue;
+        }
         if !fam.has(Feature::NoPreNorms) {
             b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
@@ -821,6 +907,81 @@ pub fn write_family_types(
         b.tensor("output.weight", &[e, n_vocab], if e.is_multiple_of(256) { "q6_K" } else { "q8_0" }, 0.0, s_emb)?;
     }
     b.w.write_to_path(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// An `<arch>.*` u32 key of the family's extra keys.
+fn fam_u32(fam: &Family, key: &str) -> Result<u64> {
+    match fam.kv.iter().find(|(k, _)| *k == key) {
+        Some((_, Kv::U32(v))) => Ok(*v as u64),
+        _ => bail!("{}: no u32 key {key} in the family's keys", fam.name),
+    }
+}
+
+/// One layer of a [`Feature::DeltaNet`] family (`llama_model_qwen35::load_arch_tensors`):
+/// a gated delta net, or every `full_attention_interval`-th layer a gated attention, then
+/// `post_attention_norm` and the SwiGLU FFN.
+fn write_hybrid_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
+    let p = |x: &str| format!("blk.{il}.{x}");
+    let e = fam.n_embd;
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    let interval = fam_u32(fam, "full_attention_interval")? as usize;
+    b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if (il + 1) % interval != 0 {
+        let (d_conv, hk, nk, nv) = (
+            fam_u32(fam, "ssm.conv_kernel")?,
+            fam_u32(fam, "ssm.state_size")?,
+            fam_u32(fam, "ssm.group_count")?,
+            fam_u32(fam, "ssm.time_step_rank")?,
+        );
+        let vd = fam_u32(fam, "ssm.inner_size")?;
+        let ch = 2 * nk * hk + vd;
+        b.tensor(&p("attn_qkv.weight"), &[e, ch], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_gate.weight"), &[e, vd], types.next(e), 0.0, s(e))?;
+        // the converter keeps the conv kernel, dt bias, A and the norm in F32
+        b.tensor(&p("ssm_conv1d.weight"), &[d_conv, ch], "f32", 0.0, 0.5)?;
+        b.tensor(&p("ssm_dt.bias"), &[nv], "f32", 0.0, 1.0)?;
+        // ssm_a = −exp(A_log), A_log = log U(1, 16) in the reference init: −1 … −16
+        let a: Vec<f32> = (0..nv).map(|_| -(1.0 + 15.0 * b.rng.uniform()) as f32).collect();
+        b.tensor_data(&p("ssm_a"), &[nv], &a)?;
+        b.tensor(&p("ssm_beta.weight"), &[e, nv], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ssm_alpha.weight"), &[e, nv], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ssm_norm.weight"), &[hk], "f32", 1.0, 0.1)?;
+        b.tensor(&p("ssm_out.weight"), &[vd, e], types.next(vd), 0.0, s(vd))?;
+    } else {
+        let (q_dim, kv_dim) = (fam.n_head * fam.head_dim, fam.n_head_kv * fam.head_dim);
+        b.tensor(&p("attn_q.weight"), &[e, 2 * q_dim], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_k.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_v.weight"), &[e, kv_dim], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_output.weight"), &[q_dim, e], types.next(q_dim), 0.0, s(q_dim))?;
+        b.tensor(&p("attn_q_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+        b.tensor(&p("attn_k_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+    }
+    b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if fam.n_expert > 0 {
+        // qwen35moe: routed experts and the shared expert with its one-output gate
+        let (n, f) = (fam.n_expert, fam.n_ff_exp);
+        b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
+        let mut expert_type = |row: u64| loop {
+            let t = types.next(row);
+            if t != "f16" {
+                break t;
+            }
+        };
+        b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+        let fs = fam_u32(fam, "expert_shared_feed_forward_length")?;
+        b.tensor(&p("ffn_gate_inp_shexp.weight"), &[e], "f32", 0.0, s(e))?;
+        b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_up_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_down_shexp.weight"), &[fs, e], types.next(fs), 0.0, s(fs))?;
+        return Ok(());
+    }
+    let f = fam.n_ff;
+    b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
     Ok(())
 }
 

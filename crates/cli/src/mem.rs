@@ -84,7 +84,22 @@ pub fn estimate(file: &SplitGguf, a: &MemArgs) -> Result<(Estimate, u64)> {
     let weights_resident = if tied { weights } else { weights - embd };
     let per_token =
         cache_bytes(&a.cache_type_k, n_head_kv * head_k)? + cache_bytes(&a.cache_type_v, n_head_kv * head_v)?;
-    let kv = n_layer * n_ctx * per_token * a.parallel.max(1);
+    // A hybrid recurrent family (qwen35: `ssm.*` keys): the KV cache holds the attention
+    // layers only (every `full_attention_interval`-th), each other layer a fixed f32 state
+    // of `(d_conv − 1)·(2·group_count·state_size + inner_size) + state_size·inner_size`.
+    let (n_attn, recurrent) = match (u("ssm.conv_kernel"), u("ssm.state_size"), u("ssm.inner_size")) {
+        (Some(d_conv), Some(d_state), Some(d_inner))
+            if md.get(&format!("{arch}.attention.recurrent_layers")).is_none() =>
+        {
+            let interval = u("full_attention_interval").unwrap_or(4).max(1);
+            let n_attn = n_layer / interval;
+            let groups = u("ssm.group_count").unwrap_or(1);
+            let per_layer = 4 * (d_conv.saturating_sub(1) * (2 * groups * d_state + d_inner) + d_state * d_inner);
+            (n_attn, (n_layer - n_attn) * per_layer * a.parallel.max(1))
+        }
+        _ => (n_layer, 0),
+    };
+    let kv = n_attn * n_ctx * per_token * a.parallel.max(1) + recurrent;
     // Working buffers, fitted on this engine's measured peak RSS (SmolLM2-135M,
     // qwen2.5-coder-0.5b, gemma-3-270m at -c 512, refitted 2026-12-02; BENCHMARKS.md):
     // 16 MiB of runtime, the tokenizer's tables (≈ 4.5× the metadata bytes), one ubatch of

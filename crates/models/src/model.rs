@@ -66,7 +66,9 @@ pub trait State: Send {
     fn n_past(&self) -> usize;
     /// Context size.
     fn n_ctx(&self) -> usize;
-    /// Forgets everything after the first `n` tokens.
+    /// Forgets everything after the first `n` tokens. A state that cannot go back to an
+    /// earlier position (a recurrent family's) forgets everything instead: callers read
+    /// [`State::n_past`] after truncating.
     fn truncate(&mut self, n: usize);
     /// Bytes held by the KV cache.
     fn cache_bytes(&self) -> usize;

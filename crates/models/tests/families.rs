@@ -617,8 +617,210 @@ fn phi3_bad_input_is_named() {
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3"] {
+    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());
+}
+
+// ---- qwen35 ----
+
+/// A 3-layer qwen35 file (64 wide; gated attention 4 heads / 2 KV heads of 16, rope on 8
+/// dims, sections 2/1/1/0; delta nets of 2 key heads / 4 value heads of 16, conv 4; FFN
+/// 96; 50 tokens): layers 0 and 2 delta nets, layer 1 attention (full_attention_interval
+/// 2) — every layer a delta net when `extra` has `attention.recurrent_layers`; `skip`
+/// leaves a tensor out, `dims` overrides shapes.
+fn qwen35_file(path: &std::path::Path, skip: Option<&str>, extra: &[(&str, Value)], dims: &[(&str, Vec<u64>)]) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(35);
+    let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
+    let (d_conv, hk, nk, nvh) = (4u64, 16u64, 2u64, 4u64);
+    let (kd, vd) = (nk * hk, nvh * hk);
+    let ch = 2 * kd + vd;
+    let arch = "qwen35";
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", arch);
+    for (k, v) in [
+        ("block_count", 3),
+        ("embedding_length", e),
+        ("feed_forward_length", ff),
+        ("attention.head_count", nh),
+        ("attention.head_count_kv", nkv),
+        ("attention.key_length", hd),
+        ("attention.value_length", hd),
+        ("rope.dimension_count", 8),
+        ("context_length", 256),
+        ("full_attention_interval", 2),
+        ("ssm.conv_kernel", d_conv),
+        ("ssm.state_size", hk),
+        ("ssm.group_count", nk),
+        ("ssm.time_step_rank", nvh),
+        ("ssm.inner_size", vd),
+    ] {
+        w.add_kv(&format!("{arch}.{k}"), v as u32);
+    }
+    w.add_kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-6f32);
+    w.add_kv(&format!("{arch}.rope.dimension_sections"), gguf_format::Array::I32(vec![2, 1, 1, 0]));
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let all_delta = extra.iter().any(|(k, _)| *k == "qwen35.attention.recurrent_layers");
+    let mut rand_vec =
+        |n: u64, mean: f32| -> Vec<f32> { (0..n).map(|_| mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
+    let mut put = |name: &str, shape: &[u64], mean: f32| {
+        let shape = dims.iter().find(|(n, _)| *n == name).map_or(shape.to_vec(), |(_, d)| d.clone());
+        let v = rand_vec(shape.iter().product(), mean);
+        if skip != Some(name) {
+            w.add_tensor_owned(name, &shape, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        }
+    };
+    put("token_embd.weight", &[e, nv], 0.0);
+    for il in 0..3 {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        put(&p("attn_norm.weight"), &[e], 1.0);
+        if il != 1 || all_delta {
+            put(&p("attn_qkv.weight"), &[e, ch], 0.0);
+            put(&p("attn_gate.weight"), &[e, vd], 0.0);
+            put(&p("ssm_conv1d.weight"), &[d_conv, ch], 0.0);
+            put(&p("ssm_dt.bias"), &[nvh], 0.0);
+            put(&p("ssm_a"), &[nvh], -2.0);
+            put(&p("ssm_beta.weight"), &[e, nvh], 0.0);
+            put(&p("ssm_alpha.weight"), &[e, nvh], 0.0);
+            put(&p("ssm_norm.weight"), &[hk], 1.0);
+            put(&p("ssm_out.weight"), &[vd, e], 0.0);
+        } else {
+            put(&p("attn_q.weight"), &[e, 2 * nh * hd], 0.0);
+            put(&p("attn_k.weight"), &[e, nkv * hd], 0.0);
+            put(&p("attn_v.weight"), &[e, nkv * hd], 0.0);
+            put(&p("attn_output.weight"), &[nh * hd, e], 0.0);
+            put(&p("attn_q_norm.weight"), &[hd], 1.0);
+            put(&p("attn_k_norm.weight"), &[hd], 1.0);
+        }
+        put(&p("post_attention_norm.weight"), &[e], 1.0);
+        put(&p("ffn_gate.weight"), &[e, ff], 0.0);
+        put(&p("ffn_up.weight"), &[e, ff], 0.0);
+        put(&p("ffn_down.weight"), &[ff, e], 0.0);
+    }
+    put("output_norm.weight", &[e], 1.0);
+    w.write_to_path(path).unwrap();
+}
+
+fn qwen35_model(extra: &[(&str, Value)]) -> (tempfile::TempDir, Box<dyn gguf_models::Model>) {
+    let (d, p) = tmp("qwen35.gguf");
+    qwen35_file(&p, None, extra, &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    (d, model)
+}
+
+fn qwen35_state(model: &dyn gguf_models::Model, n_ubatch: usize) -> Box<dyn gguf_models::State> {
+    model.new_state(&StateOptions { n_ctx: 64, n_threads: 2, n_ubatch, ..Default::default() }).unwrap()
+}
+
+#[test]
+fn qwen35_carries_its_recurrent_state_across_calls() {
+    let (_d, model) = qwen35_model(&[]);
+    assert_eq!(model.arch(), "qwen35");
+    let desc = model.describe();
+    assert!(desc.contains("2 gated delta net, 1 gated attention"), "{desc}");
+    let v = model.n_vocab();
+    let tokens = [3u32, 14, 15, 9, 26, 5, 35, 8];
+    let mut st = qwen35_state(model.as_ref(), 512);
+    let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    assert_eq!(st.n_past(), tokens.len());
+    // The same tokens in ubatches of 3, and one at a time: the conv and delta-rule states
+    // (and the KV cache) carry the sequence from call to call.
+    for ub in [3, 1] {
+        let mut st = qwen35_state(model.as_ref(), ub);
+        let got = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+        assert!(!rows_differ(&all, &got), "ubatch {ub}");
+        let mut st = qwen35_state(model.as_ref(), 512);
+        let mut last = Vec::new();
+        for &t in &tokens {
+            last = model.forward(st.as_mut(), &[t], Logits::Last).unwrap();
+        }
+        assert!(!rows_differ(&all[(tokens.len() - 1) * v..], &last));
+    }
+    // A recurrent state cannot roll back: truncating forgets the sequence, and the next
+    // forward starts it again.
+    st.truncate(5);
+    assert_eq!(st.n_past(), 0);
+    let again = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+    assert_eq!(again, all);
+    assert!(st.cache_bytes() > 0);
+}
+
+#[test]
+fn qwen35_delta_net_layers_remember_earlier_tokens() {
+    // Only delta nets: what position 3 sees of token 0 went through the recurrent state.
+    let recr = Value::Array(gguf_format::Array::Bool(vec![true, true, true]));
+    let (_d, model) = qwen35_model(&[("qwen35.attention.recurrent_layers", recr)]);
+    let desc = model.describe();
+    assert!(desc.contains("3 gated delta net, 0 gated attention"), "{desc}");
+    let v = model.n_vocab();
+    let run = |tokens: &[u32]| {
+        let mut st = qwen35_state(model.as_ref(), 512);
+        model.forward(st.as_mut(), tokens, Logits::All).unwrap()
+    };
+    let a = run(&[3, 14, 15, 9]);
+    let b = run(&[4, 14, 15, 9]);
+    assert!(rows_differ(&a[3 * v..], &b[3 * v..]));
+    // causal: a later token does not change earlier logits
+    let c = run(&[3, 14, 15, 10]);
+    assert_eq!(a[..3 * v], c[..3 * v]);
+}
+
+#[test]
+fn qwen35_bad_input_is_named() {
+    let (_d, p) = tmp("qwen35.gguf");
+    let load_err = |p: &std::path::Path| gguf_models::load(p).err().expect("must not load").to_string();
+    for name in ["blk.0.ssm_a", "blk.2.ssm_conv1d.weight", "blk.0.attn_gate.weight", "blk.1.attn_q_norm.weight"] {
+        qwen35_file(&p, Some(name), &[], &[]);
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    for key in ["ssm.state_size", "ssm.conv_kernel", "rope.dimension_sections"] {
+        let (_d2, p2) = tmp("k.gguf");
+        // a key removed: the writer's later value for the same key replaces it, so rename
+        // the architecture's copy by writing the file without it
+        qwen35_file_without_key(&p2, key);
+        let err = load_err(&p2);
+        assert!(err.contains(&format!("qwen35.{key}")), "{key}: {err}");
+    }
+    // inconsistent shapes: the conv kernel over the wrong channels, the gated q of one
+    // head's rows per head
+    qwen35_file(&p, None, &[], &[("blk.0.ssm_conv1d.weight", vec![4, 64])]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.0.ssm_conv1d.weight"), "{err}");
+    qwen35_file(&p, None, &[], &[("blk.1.attn_q.weight", vec![64, 64])]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.1.attn_q.weight"), "{err}");
+    // value heads not a multiple of key heads; key and value state widths that differ
+    qwen35_file(&p, None, &[("qwen35.ssm.group_count", Value::U32(3))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("qwen35.ssm.group_count"), "{err}");
+    qwen35_file(&p, None, &[("qwen35.ssm.inner_size", Value::U32(128))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("qwen35.ssm.state_size"), "{err}");
+    // a rotated pair in the fourth M-RoPE section
+    qwen35_file(
+        &p,
+        None,
+        &[("qwen35.rope.dimension_sections", Value::Array(gguf_format::Array::I32(vec![1, 1, 1, 1])))],
+        &[],
+    );
+    let err = load_err(&p);
+    assert!(err.contains("qwen35.rope.dimension_sections"), "{err}");
+}
+
+/// [`qwen35_file`] without the metadata key `qwen35.{key}`.
+fn qwen35_file_without_key(path: &std::path::Path, key: &str) {
+    qwen35_file(path, None, &[], &[]);
+    let f = gguf_format::GgufFile::open(path).unwrap();
+    let mut w = gguf_format::GgufWriter::from_file(&f).unwrap();
+    w.metadata_mut().remove(&format!("qwen35.{key}"));
+    let tmp = path.with_extension("tmp.gguf");
+    w.write_to_path(&tmp).unwrap();
+    drop(f);
+    std::fs::rename(&tmp, path).unwrap();
 }

@@ -616,6 +616,8 @@ impl Scheduler {
             slot.cached.extend_from_slice(&job.prompt[..keep]);
         }
         slot.state.truncate(keep);
+        // a recurrent state cannot roll back: it forgets the whole sequence instead
+        let keep = slot.state.n_past().min(keep);
         slot.cached.truncate(keep);
         slot.aligned_end = slot.aligned_end.min(keep);
         let mut sampler = Sampler::with_vocab(job.params.sampler.clone(), &Pieces(&self.tok));

@@ -23,8 +23,35 @@ use super::logits::{gguf_binary, run_captured, N_CTX};
 use crate::llama::{CtxOpts, Dumped, Llama, Token};
 
 /// Node kinds in forward order within a layer.
-const ORDER: &[&str] =
-    &["attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "ffn_inp", "ffn_norm", "ffn_out", "l_out"];
+const ORDER: &[&str] = &[
+    "attn_norm",
+    // qwen35's gated delta net
+    "linear_attn_qkv_mixed",
+    "z",
+    "beta_sigmoid",
+    "gate",
+    "conv_output_raw",
+    "conv_output_silu",
+    "attn_output",
+    "final_output",
+    "linear_attn_out",
+    // attention
+    "Qcur_full",
+    "Qcur",
+    "Kcur",
+    "Vcur",
+    "Qrope",
+    "Krope",
+    "kqv_out",
+    "attn_gated",
+    "attn_out",
+    "attn_residual",
+    "attn_post_norm",
+    "ffn_inp",
+    "ffn_norm",
+    "ffn_out",
+    "l_out",
+];
 
 fn sort_key(name: &str) -> (i64, usize, String) {
     match name.rsplit_once('-') {

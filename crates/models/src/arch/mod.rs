@@ -10,6 +10,7 @@ mod olmo2;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen35;
 mod qwen3moe;
 mod smollm3;
 

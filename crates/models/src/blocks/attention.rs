@@ -69,6 +69,7 @@ pub struct AttentionScratch {
     o: Vec<f32>,
     tmp: Vec<f32>,
     rc: Vec<f32>,
+    gate: Vec<f32>,
 }
 
 /// A self-attention layer: `wo · attend(rope(norm_q(x·wq)), rope(norm_k(x·wk)), x·wv)` over
@@ -105,6 +106,10 @@ pub struct Attention {
     /// Soft-cap of the attention scores, `c·tanh(s/c)` (gemma2's
     /// `attn_logit_softcapping`); `None`: off.
     pub softcap: Option<f32>,
+    /// An output gate in the query projection (qwen35's gated attention): `wq` has
+    /// `2·head_k` rows per head, the head's query then its gate, and the attention output
+    /// is multiplied by `sigmoid(gate)` (ggml's `op_sigmoid`) before `wo`.
+    pub q_gate: bool,
 }
 
 impl Attention {
@@ -137,6 +142,7 @@ impl Attention {
             scale: 1.0 / (head_k as f32).sqrt(),
             scale_q: false,
             softcap: None,
+            q_gate: false,
         })
     }
 
@@ -185,6 +191,7 @@ impl Attention {
             scale: 1.0 / (head_k as f32).sqrt(),
             scale_q: false,
             softcap: None,
+            q_gate: false,
         })
     }
 
@@ -243,7 +250,20 @@ impl Attention {
     ) -> Result<()> {
         let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = self.heads;
         self.qkv(pass, h, sc)?;
-        let AttentionScratch { q, k, v, o, tmp, rc } = sc;
+        let AttentionScratch { q, k, v, o, tmp, rc, gate } = sc;
+        if self.q_gate {
+            // per head [query | gate]: split into the queries and the gates
+            dump(&format!("Qcur_full-{il}"), q);
+            let n = pass.rows.n_rows();
+            gate.resize(n * nh * hk, 0.0);
+            tmp.resize(n * nh * hk, 0.0);
+            for ((qg, qo), go) in q.chunks_exact(2 * hk).zip(tmp.chunks_exact_mut(hk)).zip(gate.chunks_exact_mut(hk)) {
+                qo.copy_from_slice(&qg[..hk]);
+                go.copy_from_slice(&qg[hk..]);
+            }
+            std::mem::swap(q, tmp);
+            q.truncate(n * nh * hk);
+        }
         dump(&format!("Qcur-{il}"), q);
         dump(&format!("Kcur-{il}"), k);
         dump(&format!("Vcur-{il}"), v);
@@ -297,6 +317,12 @@ impl Attention {
         dump(&format!("kqv_out-{il}"), o);
         if let Some(n) = rot_v {
             hadamard_rows(o, n);
+        }
+        if self.q_gate {
+            for (x, &g) in o.iter_mut().zip(gate.iter()) {
+                *x *= 1.0 / (1.0 + (-g).exp());
+            }
+            dump(&format!("attn_gated-{il}"), o);
         }
         self.wo.product(pass, o, out)?;
         add_bias(out, self.wo.bias());

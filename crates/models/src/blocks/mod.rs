@@ -29,6 +29,7 @@
 //! ```
 
 mod attention;
+mod delta_net;
 mod ffn;
 mod linear;
 mod norm;
@@ -36,6 +37,9 @@ mod norm;
 use std::sync::Arc;
 
 pub use attention::{attend, attend_softcap, Attention, AttentionScratch, Heads, SeqKv, SeqView};
+pub use delta_net::{
+    dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState, SeqRs,
+};
 pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Moe};
 pub use linear::{Embedding, Linear};
 pub use norm::RmsNorm;
