@@ -927,7 +927,7 @@ fn write_hybrid_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
     let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
     let interval = fam_u32(fam, "full_attention_interval")? as usize;
     b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
-    if (il + 1) % interval != 0 {
+    if !(il + 1).is_multiple_of(interval) {
         let (d_conv, hk, nk, nv) = (
             fam_u32(fam, "ssm.conv_kernel")?,
             fam_u32(fam, "ssm.state_size")?,

@@ -152,7 +152,7 @@ fn check_sections(ld: &Loader<'_>, sections: &[u32], n_rot: usize, head: usize) 
         let sector = pair % total;
         let thw = (sector % 3 == 1 && sector < 3 * s[1])
             || (sector % 3 == 2 && sector < 3 * s[2])
-            || (sector % 3 == 0 && sector < 3 * s[0]);
+            || (sector.is_multiple_of(3) && sector < 3 * s[0]);
         if !thw {
             return Err(Error::Unsupported(format!(
                 "`{key}` = {s:?}: rotated pair {pair} falls in the fourth (extra) M-RoPE section, which is not supported"

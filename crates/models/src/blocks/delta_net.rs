@@ -423,7 +423,7 @@ mod tests {
         let beta = vec![0.7f32, 0.2, 0.4, 0.9];
         for hv in 0..2 {
             let mut m = vec![0f32; 16];
-            let mut o = vec![0f32; 2 * 2 * 4];
+            let mut o = [0f32; 2 * 2 * 4];
             let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(4).map(Mutex::new).collect();
             delta_rule_head(&d, hv, 2, &conv, &g, &beta, &mut m, &outs, DotLayout::Avx512);
             drop(outs);
