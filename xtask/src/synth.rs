@@ -747,6 +747,24 @@ pub fn ensure_family(cache: &Path, fam: &Family, seed: u64) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The router and the stacked routed experts of one layer (`p` names a tensor of it). No
+/// F16 experts: they would double the file for nothing F16 attention lacks.
+fn routed_experts(b: &mut Builder, types: &mut TypeCycle, p: &dyn Fn(&str) -> String, fam: &Family) -> Result<()> {
+    let (e, n, f) = (fam.n_embd, fam.n_expert, fam.n_ff_exp);
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
+    let mut expert_type = |row: u64| loop {
+        let t = types.next(row);
+        if t != "f16" {
+            break t;
+        }
+    };
+    b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+    Ok(())
+}
+
 /// Hands out the matrix types in turn; a K-quant on a row length that is not a multiple
 /// of 256 falls back to Q8_0 (as llama-quantize falls back for such rows).
 struct TypeCycle(usize, &'static [&'static str]);
@@ -875,18 +893,7 @@ pub fn write_family_types(
             b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
         if fam.n_expert > 0 {
-            let (n, f) = (fam.n_expert, fam.n_ff_exp);
-            b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
-            // No F16 experts: they would double the file for nothing F16 attention lacks.
-            let mut expert_type = |row: u64| loop {
-                let t = types.next(row);
-                if t != "f16" {
-                    break t;
-                }
-            };
-            b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
-            b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
-            b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+            routed_experts(&mut b, &mut types, &p, fam)?;
         }
         if fam.n_ff > 0 && fam.has(Feature::FusedUp) {
             let f = fam.n_ff;
@@ -960,17 +967,7 @@ fn write_hybrid_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
     b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
     if fam.n_expert > 0 {
         // qwen35moe: routed experts and the shared expert with its one-output gate
-        let (n, f) = (fam.n_expert, fam.n_ff_exp);
-        b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
-        let mut expert_type = |row: u64| loop {
-            let t = types.next(row);
-            if t != "f16" {
-                break t;
-            }
-        };
-        b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
-        b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
-        b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+        routed_experts(b, types, &p, fam)?;
         let fs = fam_u32(fam, "expert_shared_feed_forward_length")?;
         b.tensor(&p("ffn_gate_inp_shexp.weight"), &[e], "f32", 0.0, s(e))?;
         b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;

@@ -190,33 +190,34 @@ impl Device {
     pub fn dequantize(&self, type_id: u32, src: &[u8]) -> Result<Vec<f32>> {
         let k = Device::kernels(type_id)?;
         let entry = k.dequantize.ok_or_else(|| unsupported("dequantize", type_id))?;
-        let n = Device::elements(type_id, src, "dequantize")?;
-        let f = self.function(k, entry)?;
-        let s = self.upload(src)?;
-        let mut d = self.zeros::<f32>(n)?;
-        let n64 = n as i64;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&s).arg(&mut d).arg(&n64);
-        // SAFETY: `dequantize_<type>(const uint8_t*, float*, int64_t n)` reads the blocks of
-        // `n` elements (`s` holds exactly those) and writes `n` floats (`d` holds them).
-        unsafe { b.launch(elementwise(n)) }.map_err(driver_err("launching dequantize"))?;
-        let mut out = self.download(&d)?;
-        out.truncate(n);
-        Ok(out)
+        self.dequantize_with(k, entry, type_id, src)
     }
 
     /// `dequantize_<type>_f16` on the device: fp16 bits.
     pub fn dequantize_f16(&self, type_id: u32, src: &[u8]) -> Result<Vec<u16>> {
         let k = Device::kernels(type_id)?;
         let entry = k.dequantize_f16.ok_or_else(|| unsupported("dequantize to f16", type_id))?;
+        self.dequantize_with(k, entry, type_id, src)
+    }
+
+    /// Runs the dequantize kernel `entry` of `k` (f32 or fp16 outputs, `T`) over `src`.
+    fn dequantize_with<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        k: &CudaKernels,
+        entry: &'static str,
+        type_id: u32,
+        src: &[u8],
+    ) -> Result<Vec<T>> {
         let n = Device::elements(type_id, src, "dequantize")?;
         let f = self.function(k, entry)?;
         let s = self.upload(src)?;
-        let mut d = self.zeros::<u16>(n)?;
+        let mut d = self.zeros::<T>(n)?;
         let n64 = n as i64;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&s).arg(&mut d).arg(&n64);
-        // SAFETY: as in `dequantize`, with `n` uint16_t outputs.
+        // SAFETY: `dequantize_<type>[_f16](const uint8_t*, T*, int64_t n)` reads the blocks
+        // of `n` elements (`s` holds exactly those) and writes `n` values of `T` (`d` holds
+        // them): f32 for `dequantize_<type>`, uint16_t fp16 bits for `_f16`.
         unsafe { b.launch(elementwise(n)) }.map_err(driver_err("launching dequantize"))?;
         let mut out = self.download(&d)?;
         out.truncate(n);
