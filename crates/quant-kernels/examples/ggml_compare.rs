@@ -1,7 +1,9 @@
 //! Compares this crate with ggml-cpu on data written by a libggml-cpu driver (one
 //! directory per type: `meta` = "type rows cols vec_dot_type", `w.bin` quantized rows,
 //! `x.bin` f32 activations, `xq.bin` ggml's `from_float(x)`, `dots.bin` ggml's
-//! `vec_dot` per row). Usage: `cargo run --release -p quant-kernels --example
+//! `vec_dot` per row; optionally `xt.bin` all tokens' f32 activations and `mm.bin`
+//! ggml's `mul_mat` of them, tokens × rows, with the token count as a fifth `meta` field —
+//! `scripts/ggml_dots.c` writes all of it). Usage: `cargo run --release -p quant-kernels --example
 //! ggml_compare -- DIR`. Not a `cargo test`: it needs llama.cpp's libraries to make DIR.
 
 fn main() {
@@ -58,8 +60,23 @@ fn main() {
             let s = (sc.vec_dot)(cols, &w[r * rb..(r + 1) * rb], &xq_ggml);
             max_rel_sc = max_rel_sc.max(((s - b).abs() / b.abs().max(1e-6)) as f64);
         }
+        // ggml's own `mul_mat` over all tokens (its batched paths), when the driver wrote it.
+        let mut mm = String::new();
+        if let (Some(&nt), Ok(xt), Ok(want)) =
+            (v.get(4), std::fs::read(p.join("xt.bin")), std::fs::read(p.join("mm.bin")))
+        {
+            let f32s =
+                |b: Vec<u8>| -> Vec<f32> { b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect() };
+            let (xt, want) = (f32s(xt), f32s(want));
+            let mut got = vec![0f32; rows * nt];
+            quant_kernels::matmul(&quant_kernels::Pool::new(2), &m, &xt, nt, &mut got).unwrap();
+            let same = got.iter().zip(&want).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+            let rel =
+                got.iter().zip(&want).map(|(a, b)| ((a - b).abs() / b.abs().max(1e-6)) as f64).fold(0f64, f64::max);
+            mm = format!("; mul_mat {nt} tokens: {same}/{} bit-identical, max rel {rel:.2e}", rows * nt);
+        }
         println!(
-            "{:>5} ({}): activation bytes differing {act_diff}/{}, matmul vs ggml vec_dot: {exact}/{rows} exact, max rel {max_rel:.2e}; batched tokens bit-identical {tile_exact}/24; scalar twin max rel {max_rel_sc:.2e}",
+            "{:>5} ({}): activation bytes differing {act_diff}/{}, matmul vs ggml vec_dot: {exact}/{rows} exact, max rel {max_rel:.2e}; batched tokens bit-identical {tile_exact}/24; scalar twin max rel {max_rel_sc:.2e}{mm}",
             ggml_quants::lookup_id(tid).unwrap().name,
             quant_kernels::kernel_info(tid),
             xq.len()

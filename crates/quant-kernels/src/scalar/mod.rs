@@ -4,6 +4,7 @@
 
 pub mod act;
 pub mod dots;
+pub mod iq1;
 pub mod iq4;
 pub mod ktiled;
 pub mod lattice;
