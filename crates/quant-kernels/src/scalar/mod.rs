@@ -8,7 +8,10 @@ pub mod iq1;
 pub mod iq4;
 pub mod ktiled;
 pub mod lattice;
+pub mod nvfp4;
 pub mod ops;
+pub mod q1_0;
+pub mod q2_0;
 pub mod ternary;
 
 /// Reads a little-endian fp16 at `at` as f32 (exact, as F16C's `vcvtph2ps`).

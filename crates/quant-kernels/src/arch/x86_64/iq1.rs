@@ -14,7 +14,7 @@
 use core::arch::x86_64::*;
 
 use super::has_avx2;
-use super::tiles::{check_tile, dot_via_tile, hsum_float_8, hsum_i32_8, load256, TileArgs};
+use super::tiles::{check_tile, dot_via_tile, hsum_float_8, hsum_i32_8, load256, mul_add_epi8, TileArgs};
 use crate::registry::Tile;
 use crate::scalar::act::Q8_K_BYTES;
 use crate::scalar::iq1::{self as s, Block1, Kind, DELTA};
@@ -25,15 +25,6 @@ use ggml_quants::types::iq_tables::IQ1S_GRID;
 #[inline(always)]
 fn grid(idx: usize) -> i64 {
     IQ1S_GRID[idx] as i64
-}
-
-/// ggml's `mul_add_epi8`: `maddubs(|x|, sign(y, x))`.
-///
-/// # Safety
-/// AVX2 present.
-#[inline(always)]
-unsafe fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
-    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
 /// `±1` bytes, 8 per 64-bit lane, negative (all ones) where `neg[l]` is 1; branch-free (the

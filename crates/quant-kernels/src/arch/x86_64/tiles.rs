@@ -181,6 +181,16 @@ pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
 }
 
+/// ggml's `mul_add_epi8`: `maddubs(|x|, sign(y, x))`, signed × signed byte pairs (a `y` of
+/// −128 under a negative `x` stays −128: 8-bit wrap, as in ggml).
+///
+/// # Safety
+/// AVX2 present.
+#[inline(always)]
+pub(super) unsafe fn mul_add_epi8(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
 /// 32 bytes at `p`, unaligned.
 ///
 /// # Safety
