@@ -7,6 +7,7 @@ pub mod dots;
 pub mod iq4;
 pub mod ktiled;
 pub mod lattice;
+pub mod legacy;
 pub mod ops;
 pub mod ternary;
 
