@@ -9,14 +9,16 @@
 //! - the block's bytes as `maddubs`' unsigned operand (q4_1 / q5_1: the values; q5_0 /
 //!   q8_0: `|q|`, the sign moved onto the activations, ggml's `mul_sum_i8_pairs`), then
 //!   `madd` with ones: exact i32 lanes, lane `j` the elements `4j..4j+4`;
-//! - `d_w·d_x` for the 8 tokens in one multiply (each lane the scalar product's bits),
-//!   `acc[t] = fma(d, f32(lanes), acc[t])` per block, `hsum_float_8` at the end;
+//! - `d_w·d_x` (the scalar product's bits), `acc[t] = fma(d, f32(lanes), acc[t])` per
+//!   block, `hsum_float_8` at the end;
 //! - q4_1 / q5_1: the `m_w·s_x` terms of the 8 tokens as one lane-wise fma per block (ggml's
 //!   `summs += m·s`; fused or not, the same bits: the fp16 product is exact), added after
 //!   the horizontal sum.
 //!
 //! The activation scales (and sums) of a tile's tokens are gathered once per tile, block
-//! by block, 8 tokens to a vector. One-token tiles run [`super::avx2`]'s `vec_dot` (the
+//! by block, 8 tokens to a vector; a row's `d_w·d_x` and `Σ m_w·s_x` are computed before
+//! its products, so the inner loop is `maddubs`, `madd`, `cvt` and `fma` (`sign` too for
+//! q5_0 / q8_0) with `d` broadcast from memory. One-token tiles run [`super::avx2`]'s `vec_dot` (the
 //! same bits).
 
 use core::arch::x86_64::*;
@@ -46,7 +48,7 @@ const fn fmt(f: u8) -> &'static Legacy {
 const T_MAX: usize = 8;
 
 thread_local! {
-    /// Per-thread activation scales of a tile (`16` floats per block: 8 `d_x`, 8 `s_x`).
+    /// Per-thread scales of a tile ([`SC`] floats per block).
     static SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -76,34 +78,60 @@ unsafe fn decode<const F: u8>(b: *const u8) -> (__m256i, __m256i) {
     }
 }
 
-/// Rows `0..a.rows` × tokens `t0..t0+T`; `sc` holds the tokens' scales (16 per block).
+/// Floats per block in the scratch buffer: 8 `d_x`, 8 `s_x`, 8 `d_w·d_x` and (q5_0 /
+/// q5_1) the 32 decoded bytes of the row at hand.
+const SC: usize = 32;
+
+/// Rows `0..a.rows` × tokens `t0..t0+T`; `sc` holds the tokens' scales ([`SC`] floats per
+/// block, the last 8 of each written here).
 ///
 /// # Safety
-/// AVX2 present; `a` checked by [`check_tile`], `t0 + T ≤ a.tokens`, `sc` `16·a.nb` floats.
+/// AVX2 present; `a` checked by [`check_tile`], `t0 + T ≤ a.tokens`, `sc` `SC·a.nb`
+/// writable floats.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_imp<const F: u8, const T: usize>(a: &TileArgs, sc: *const f32, t0: usize) {
+unsafe fn rows_imp<const F: u8, const T: usize>(a: &TileArgs, sc: *mut f32, t0: usize) {
     let f = fmt(F);
     let signed = matches!(F, Q5_0 | Q8_0);
     let ones = _mm256_set1_epi16(1);
     for r in 0..a.rows {
         let wr = a.w.add(r * a.w_stride);
-        let mut acc = [_mm256_setzero_ps(); T];
+        // The row's `d_w·d_x` for the 8 tokens of every block (one multiply a block, each
+        // lane the scalar product's bits), and its `Σ m_w·s_x` (one lane-wise fma a block),
+        // before the products: the loop below then broadcasts each `d` from memory.
+        // q5_0 / q5_1 blocks are decoded there too (their decoding needs more constants
+        // than the registers the products leave free).
+        let pre = matches!(F, Q5_0 | Q5_1);
         let mut summs = _mm256_setzero_ps();
-        let mut dd = [0f32; T_MAX];
         for b in 0..a.nb {
-            let blk = wr.add(b * f.wb);
-            let (u, q) = decode::<F>(blk);
-            let sb = sc.add(16 * b);
-            _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(_mm256_set1_ps(f16_at(blk)), _mm256_loadu_ps(sb)));
+            let (blk, sb) = (wr.add(b * f.wb), sc.add(SC * b));
+            _mm256_storeu_ps(sb.add(16), _mm256_mul_ps(_mm256_set1_ps(f16_at(blk)), _mm256_loadu_ps(sb)));
             if f.has_min {
                 summs = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk.add(2))), _mm256_loadu_ps(sb.add(8)), summs);
             }
+            if pre {
+                let (u, q) = decode::<F>(blk);
+                _mm256_storeu_si256(sb.add(24) as *mut __m256i, if signed { q } else { u });
+            }
+        }
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..a.nb {
+            let (u, q) = if pre {
+                let v = _mm256_loadu_si256(sc.add(SC * b + 24) as *const __m256i);
+                if signed {
+                    (_mm256_sign_epi8(v, v), v)
+                } else {
+                    (v, v)
+                }
+            } else {
+                decode::<F>(wr.add(b * f.wb))
+            };
+            let dd = sc.add(SC * b + 16);
             let xb = a.x.add(t0 * a.x_stride + b * f.xb + f.xq);
             for (t, acc) in acc.iter_mut().enumerate() {
                 let y = load256(xb.add(t * a.x_stride));
                 let y = if signed { _mm256_sign_epi8(y, q) } else { y };
                 let lanes = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u, y));
-                *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[t]), _mm256_cvtepi32_ps(lanes), *acc);
+                *acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&*dd.add(t)), _mm256_cvtepi32_ps(lanes), *acc);
             }
         }
         let mut sm = [0f32; T_MAX];
@@ -115,17 +143,17 @@ unsafe fn rows_imp<const F: u8, const T: usize>(a: &TileArgs, sc: *const f32, t0
     }
 }
 
-/// The scales of tokens `t0..t0+nt` (`nt ≤ 8`), block by block: `d_x` in `sc[16b..16b+8]`,
-/// `s_x` (Q8_1) in `sc[16b+8..16b+16]`, zero past `nt`.
+/// The scales of tokens `t0..t0+nt` (`nt ≤ 8`), block by block: `d_x` in `sc[SC·b..][..8]`,
+/// `s_x` (Q8_1) in `sc[SC·b + 8..][..8]`, zero past `nt`.
 fn gather_scales(f: &Legacy, t: &Tile<'_>, nb: usize, t0: usize, nt: usize, sc: &mut [f32]) {
     sc.fill(0.0);
     for tt in 0..nt {
         let x = &t.x[(t0 + tt) * t.x_stride..];
         for b in 0..nb {
             let y = &x[b * f.xb..];
-            sc[16 * b + tt] = half::f16::from_bits(u16::from_le_bytes([y[0], y[1]])).to_f32();
+            sc[SC * b + tt] = half::f16::from_bits(u16::from_le_bytes([y[0], y[1]])).to_f32();
             if f.has_min {
-                sc[16 * b + 8 + tt] = half::f16::from_bits(u16::from_le_bytes([y[2], y[3]])).to_f32();
+                sc[SC * b + 8 + tt] = half::f16::from_bits(u16::from_le_bytes([y[2], y[3]])).to_f32();
             }
         }
     }
@@ -143,15 +171,15 @@ fn tile<const F: u8>(vec_dot: VecDotFn, t: &Tile<'_>, y: &mut [f32], y_stride: u
     }
     let a = TileArgs::new(t, nb, y, y_stride);
     let mut sc = SCALES.with(|c| c.take());
-    sc.resize(16 * nb, 0.0);
+    sc.resize(SC * nb, 0.0);
     let mut t0 = 0;
     while t0 < t.tokens {
         let nt = (t.tokens - t0).min(T_MAX);
         gather_scales(f, t, nb, t0, nt, &mut sc);
-        let p = sc.as_ptr();
+        let p = sc.as_mut_ptr();
         // SAFETY: `check_tile` bounds every weight row, activation row and output the
         // kernel touches and checked the CPU features; `t0 + nt ≤ tokens`, `sc` holds
-        // `16·nb` floats.
+        // `SC·nb` floats.
         unsafe {
             match nt {
                 1 => rows_imp::<F, 1>(&a, p, t0),
