@@ -16,10 +16,10 @@
 //!   the horizontal sum.
 //!
 //! The activation scales (and sums) of a tile's tokens are gathered once per tile, block
-//! by block, 8 tokens to a vector; a row's `d_w·d_x` and `Σ m_w·s_x` are computed before
-//! its products, so the inner loop is `maddubs`, `madd`, `cvt` and `fma` (`sign` too for
-//! q5_0 / q8_0) with `d` broadcast from memory. One-token tiles run [`super::avx2`]'s `vec_dot` (the
-//! same bits).
+//! by block, 8 tokens to a vector; a row's `d_w·d_x` and `Σ m_w·s_x` (and q5_0 / q5_1's
+//! decoded blocks) are computed before its products, so the inner loop is `maddubs`,
+//! `madd`, `cvt` and `fma` (`sign` too for q5_0 / q8_0) with `d` broadcast from memory.
+//! One-token tiles run [`super::avx2`]'s `vec_dot` (the same bits).
 
 use core::arch::x86_64::*;
 
