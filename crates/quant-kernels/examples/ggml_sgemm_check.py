@@ -1,7 +1,8 @@
 # After ggml_compare_gen.py OUTDIR: checks that llamafile_sgemm (tinyBLAS, what llama.cpp uses for
 # q4_0/q5_0/q8_0 batches) gives the same floats as ggml vec_dot, so one arithmetic covers both.
 import ctypes, numpy as np, os, sys
-B = os.path.expanduser("~/.cache/gguf-engine/llama.cpp-build/bin/")
+# Another build of the same source (an AVX2-only one, say): GGML_COMPARE_BUILD=DIR (its bin/).
+B = os.path.join(os.path.expanduser(os.environ.get("GGML_COMPARE_BUILD", "~/.cache/gguf-engine/llama.cpp-build")), "bin/")
 base = ctypes.CDLL(B + "libggml-base.so", mode=ctypes.RTLD_GLOBAL)
 cpu = ctypes.CDLL(B + "libggml-cpu.so", mode=ctypes.RTLD_GLOBAL)
 cpu.ggml_cpu_init()

@@ -72,10 +72,8 @@ mod x86 {
     }
     avx2_kernel!(BF16, BF16, avx2::bf16_bf16);
     // Q4_0's AVX2 kernel (with its tile and repacked layout) is in `arch/x86_64/iq4.rs`.
-    avx2_kernel!(Q4_1, Q8_1, avx2::q4_1_q8_1);
-    avx2_kernel!(Q5_0, Q8_0, avx2::q5_0_q8_0);
-    avx2_kernel!(Q5_1, Q8_1, avx2::q5_1_q8_1);
-    avx2_kernel!(Q8_0, Q8_0, avx2::q8_0_q8_0);
+    // Q4_1, Q5_0, Q5_1 and Q8_0's AVX2 kernels (`avx2.rs`'s `vec_dot`s, with tiles) are in
+    // `arch/x86_64/legacy_avx2.rs`.
     // The K types' AVX2 kernels (their `vec_dot`s from `avx2.rs`, with tiles) are in
     // `arch/x86_64/kquant_avx2.rs`.
 

@@ -8,6 +8,7 @@ pub mod iq1;
 pub mod iq4;
 pub mod ktiled;
 pub mod lattice;
+pub mod legacy;
 pub mod nvfp4;
 pub mod ops;
 pub mod q1_0;

@@ -12,7 +12,7 @@ use core::arch::x86_64::*;
 
 use super::has_avx2;
 use crate::scalar::act::{Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES};
-use crate::scalar::{act as sact, dots as sd};
+use crate::scalar::{act as sact, dots as sd, legacy as sl};
 
 // ---------------------------------------------------------------------------------------
 // Helpers (ggml's static inline helpers of the same names).
@@ -49,7 +49,7 @@ unsafe fn load256(p: *const u8) -> __m256i {
 /// 16 bytes of nibbles → 32 bytes: low nibbles in bytes 0..16, high nibbles in 16..32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn bytes_from_nibbles_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn bytes_from_nibbles_32(p: *const u8) -> __m256i {
     let tmp = _mm_loadu_si128(p as *const __m128i);
     let bytes = _mm256_insertf128_si256::<1>(_mm256_castsi128_si256(tmp), _mm_srli_epi16::<4>(tmp));
     _mm256_and_si256(_mm256_set1_epi8(0xF), bytes)
@@ -58,7 +58,7 @@ unsafe fn bytes_from_nibbles_32(p: *const u8) -> __m256i {
 /// 32 bits at `p` → 32 bytes, 0xFF where the bit is set.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
+pub(super) unsafe fn bytes_from_bits_32(p: *const u8) -> __m256i {
     let x32 = (p as *const u32).read_unaligned();
     let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
     let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x32 as i32), shuf);
@@ -124,8 +124,8 @@ unsafe fn q4_0_q8_0_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
 }
 
 safe_dot!(
-    /// `ggml_vec_dot_q4_1_q8_1` (AVX2).
-    q4_1_q8_1, q4_1_q8_1_imp, 32, 20, Q8_1_BYTES, sd::q4_1_q8_1
+    /// `ggml_vec_dot_q4_1_q8_1` (AVX2; twin: [`crate::scalar::legacy::q4_1_q8_1`]).
+    q4_1_q8_1, q4_1_q8_1_imp, 32, 20, Q8_1_BYTES, sl::q4_1_q8_1
 );
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_q8_1_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
@@ -133,6 +133,8 @@ unsafe fn q4_1_q8_1_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let mut summs = 0f32;
     for i in 0..nb {
         let (b, y) = (w.add(i * 20), x.add(i * Q8_1_BYTES));
+        // GCC fuses this (`vfmadd231ss`); the same bits, as the product of two fp16
+        // values is exact in f32.
         summs += f16_at(b.add(2)) * f16_at(y.add(2));
         let d0d1 = _mm256_mul_ps(_mm256_set1_ps(f16_at(b)), _mm256_set1_ps(f16_at(y)));
         let qx = bytes_from_nibbles_32(b.add(4));
@@ -143,8 +145,8 @@ unsafe fn q4_1_q8_1_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
 }
 
 safe_dot!(
-    /// `ggml_vec_dot_q5_0_q8_0` (AVX2).
-    q5_0_q8_0, q5_0_q8_0_imp, 32, 22, Q8_0_BYTES, sd::q5_0_q8_0
+    /// `ggml_vec_dot_q5_0_q8_0` (AVX2; twin: [`crate::scalar::legacy::q5_0_q8_0`]).
+    q5_0_q8_0, q5_0_q8_0_imp, 32, 22, Q8_0_BYTES, sl::q5_0_q8_0
 );
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_0_q8_0_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
@@ -162,8 +164,8 @@ unsafe fn q5_0_q8_0_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
 }
 
 safe_dot!(
-    /// `ggml_vec_dot_q5_1_q8_1` (AVX2).
-    q5_1_q8_1, q5_1_q8_1_imp, 32, 24, Q8_1_BYTES, sd::q5_1_q8_1
+    /// `ggml_vec_dot_q5_1_q8_1` (AVX2; twin: [`crate::scalar::legacy::q5_1_q8_1`]).
+    q5_1_q8_1, q5_1_q8_1_imp, 32, 24, Q8_1_BYTES, sl::q5_1_q8_1
 );
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q5_1_q8_1_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
@@ -171,6 +173,7 @@ unsafe fn q5_1_q8_1_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
     let mut summs = 0f32;
     for i in 0..nb {
         let (b, y) = (w.add(i * 24), x.add(i * Q8_1_BYTES));
+        // Fused by GCC, the same bits (see q4_1).
         summs += f16_at(b.add(2)) * f16_at(y.add(2));
         let d = _mm256_set1_ps(f16_at(b) * f16_at(y));
         let mut qx = bytes_from_nibbles_32(b.add(8));
@@ -183,8 +186,8 @@ unsafe fn q5_1_q8_1_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
 }
 
 safe_dot!(
-    /// `ggml_vec_dot_q8_0_q8_0` (AVX2).
-    q8_0_q8_0, q8_0_q8_0_imp, 32, Q8_0_BYTES, Q8_0_BYTES, sd::q8_0_q8_0
+    /// `ggml_vec_dot_q8_0_q8_0` (AVX2; twin: [`crate::scalar::legacy::q8_0_q8_0`]).
+    q8_0_q8_0, q8_0_q8_0_imp, 32, Q8_0_BYTES, Q8_0_BYTES, sl::q8_0_q8_0
 );
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_q8_0_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {

@@ -1,5 +1,5 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2.rs`, `ops.rs`, `lattice_avx2.rs`, the K-quant
-//! tiles of `kquant_avx2.rs`), AVX-512 VNNI
+//! tiles of `kquant_avx2.rs`, the q4_1/q5_0/q5_1/q8_0 tiles of `legacy_avx2.rs`), AVX-512 VNNI
 //! (`vnni.rs`, `float512.rs`, `lattice_vnni.rs`, `q4_0x8.rs`), both ISAs from one body
 //! (`iq4.rs`, `ternary.rs`), AVX2 kernels that AVX-512 CPUs run too (`iq1.rs`,
 //! `small_avx2.rs`), what their tile kernels share (`tiles.rs`) and the lattice
@@ -16,6 +16,7 @@ pub mod kquant_avx2;
 pub mod lattice;
 pub mod lattice_avx2;
 pub mod lattice_vnni;
+pub mod legacy_avx2;
 pub mod ops;
 pub mod q4_0x8;
 pub mod small_avx2;
