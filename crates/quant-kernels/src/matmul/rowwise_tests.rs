@@ -160,6 +160,11 @@ per_type! {
     rowwise_iq2_s = "iq2_s";
     rowwise_tq1_0 = "tq1_0";
     rowwise_tq2_0 = "tq2_0";
+    rowwise_iq1_s = "iq1_s";
+    rowwise_iq1_m = "iq1_m";
+    rowwise_q1_0 = "q1_0";
+    rowwise_q2_0 = "q2_0";
+    rowwise_nvfp4 = "nvfp4";
 }
 
 /// The list above covers every type with a kernel here; the others (the generic path)
@@ -168,7 +173,8 @@ per_type! {
 fn rowwise_every_other_type_generic() {
     let listed = [
         "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl",
-        "iq4_xs", "mxfp4", "iq3_s", "iq2_xs", "iq2_xxs", "iq3_xxs", "iq2_s", "tq1_0", "tq2_0",
+        "iq4_xs", "mxfp4", "iq3_s", "iq2_xs", "iq2_xxs", "iq3_xxs", "iq2_s", "tq1_0", "tq2_0", "iq1_s", "iq1_m",
+        "q1_0", "q2_0", "nvfp4",
     ];
     let pools = [Pool::new(1), Pool::new(2)];
     for t in ggml_quants::all() {
