@@ -290,6 +290,8 @@ fn gated_attention(ld: &Loader<'_>, il: usize, hp: &Hparams, heads: Heads, scale
         scale_q: false,
         softcap: None,
         q_gate: true,
+        v_norm: None,
+        v_from_k: false,
     })
 }
 
