@@ -253,6 +253,20 @@ impl Gemma4 {
             None
         };
 
+        // llama.cpp's reuse: a KV-shared layer reads the last cached layer of its kind
+        for il in kv_layers..n_layer {
+            let src = kv_layers - if swa[il] { 2 } else { 1 };
+            if swa[src] != swa[il] || heads_kv[src] != heads_kv[il] {
+                let kind = |w: bool| if w { "windowed" } else { "global" };
+                return Err(Error::Invalid(format!(
+                    "layer {il} ({}, {} KV heads) shares the KV cache of layer {src} ({}, {} KV heads), which differs",
+                    kind(swa[il]),
+                    heads_kv[il],
+                    kind(swa[src]),
+                    heads_kv[src]
+                )));
+            }
+        }
         let mut layers = Vec::with_capacity(n_layer);
         let mut cache_widths = Vec::new();
         let mut rope_freqs: Option<Vec<f32>> = None;
@@ -280,18 +294,7 @@ impl Gemma4 {
                 cache_widths.push((nkv * head, nkv * head));
                 Kv::Own(cache_widths.len() - 1)
             } else {
-                // llama.cpp's reuse: the last cached layer of the same kind
-                let src = kv_layers - if is_swa { 2 } else { 1 };
-                let (s_swa, s_nkv) = (swa[src], heads_kv[src]);
-                if s_swa != is_swa || s_nkv != nkv {
-                    return Err(Error::Invalid(format!(
-                        "layer {il} ({}) shares the KV cache of layer {src} ({}, {s_nkv} KV heads), which differs \
-                         from its own {nkv} KV heads",
-                        if is_swa { "windowed" } else { "global" },
-                        if s_swa { "windowed" } else { "global" },
-                    )));
-                }
-                Kv::Shared(src)
+                Kv::Shared(kv_layers - if is_swa { 2 } else { 1 })
             };
             let (base, freq_scale, factors) = if is_swa {
                 (base_swa, 1.0, None)
