@@ -314,6 +314,8 @@ pub enum Kv {
     F32(f32),
     /// An array of `int32`.
     I32s(&'static [i32]),
+    /// An array of `bool`.
+    Bools(&'static [bool]),
 }
 
 /// What sets a family's file apart from the plain llama layout.
@@ -348,6 +350,14 @@ pub enum Feature {
     /// layer, a gated attention (`attn_q` of two heads' rows per head: query and gate,
     /// QK-norm); `post_attention_norm` in place of `ffn_norm`.
     DeltaNet,
+    /// Gemma 4's layers (`write_gemma4_layer`): windowed and global layers of their own head
+    /// widths (`attention.key_length_swa`, `key_length`) per `attention.sliding_window_pattern`,
+    /// QK-norm, post-norms, KV-shared last layers (`attention.shared_kv_layers`: no K/V),
+    /// no `attn_v` on the first global layer (V = K), per-layer embeddings
+    /// (`embedding_length_per_layer_input`), `layer_output_scale`, `rope_freqs` for the
+    /// proportional rope of global layers; the FFN widths per layer from the family's
+    /// `feed_forward_length` array.
+    Gemma4,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -704,6 +714,44 @@ pub const FAMILIES: &[Family] = &[
             ("expert_shared_feed_forward_length", Kv::U32(512)),
         ],
     },
+    Family {
+        name: "gemma4",
+        arch: "gemma4",
+        layout: "Gemma 4 E2B-sized (1536 wide, FFN 6144 and 12288 (double-wide) on the KV-shared layers, 8 heads / \
+                 1 KV head: 256 wide on windowed layers (window 512, rope on 256 dims, base 1e4), 512 wide on global \
+                 ones (proportional rope: 128 of 512 dims rotated, base 1e6); per-layer embeddings of 256, final \
+                 soft-cap 30, tied output); 4 layers windowed/global/windowed/global, the last two sharing the first \
+                 two's KV caches (E2B: 20 of 35), layer 1 without attn_v (V = K, as the larger models' global \
+                 layers), gemma-4 vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("gemma-4"),
+        n_layer: 4,
+        n_embd: 1536,
+        n_head: 8,
+        n_head_kv: 1,
+        head_dim: 512,
+        n_ff: 6144,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 131_072,
+        features: &[Feature::Gemma4, Feature::HeadDimKeys],
+        kv: &[
+            ("feed_forward_length", Kv::I32s(&[6144, 6144, 12288, 12288])),
+            ("attention.key_length_swa", Kv::U32(256)),
+            ("attention.value_length_swa", Kv::U32(256)),
+            ("rope.dimension_count", Kv::U32(512)),
+            ("rope.dimension_count_swa", Kv::U32(256)),
+            ("rope.freq_base_swa", Kv::F32(10000.0)),
+            ("attention.sliding_window", Kv::U32(512)),
+            ("attention.sliding_window_pattern", Kv::Bools(&[true, false, true, false])),
+            ("attention.shared_kv_layers", Kv::U32(2)),
+            ("embedding_length_per_layer_input", Kv::U32(256)),
+            ("final_logit_softcapping", Kv::F32(30.0)),
+        ],
+    },
 ];
 
 /// The family named `name`.
@@ -838,6 +886,7 @@ pub fn write_family_types(
             Kv::U32(x) => w.add_kv(&k(key), x),
             Kv::F32(x) => w.add_kv(&k(key), x),
             Kv::I32s(x) => w.add_kv(&k(key), gguf_format::Array::I32(x.to_vec())),
+            Kv::Bools(x) => w.add_kv(&k(key), gguf_format::Array::Bool(x.to_vec())),
         };
     }
     for (key, value) in tok.metadata().iter() {
@@ -859,8 +908,15 @@ pub fn write_family_types(
         b.tensor("rope_factors_short.weight", &[fam.head_dim / 2], "f32", 1.5, 0.3)?;
         b.tensor("rope_factors_long.weight", &[fam.head_dim / 2], "f32", 12.0, 3.0)?;
     }
+    if fam.has(Feature::Gemma4) {
+        write_gemma4_globals(&mut b, &mut types, fam, n_vocab)?;
+    }
     for il in 0..fam.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}");
+        if fam.has(Feature::Gemma4) {
+            write_gemma4_layer(&mut b, &mut types, fam, il)?;
+            continue;
+        }
         if fam.has(Feature::DeltaNet) {
             write_hybrid_layer(&mut b, &mut types, fam, il)?;
             continue;
@@ -923,6 +979,89 @@ fn fam_u32(fam: &Family, key: &str) -> Result<u64> {
         Some((_, Kv::U32(v))) => Ok(*v as u64),
         _ => bail!("{}: no u32 key {key} in the family's keys", fam.name),
     }
+}
+
+/// An `<arch>.*` u32-array (`I32s`) or u32 key of the family's extra keys, per layer.
+fn fam_per_layer(fam: &Family, key: &str) -> Result<Vec<u64>> {
+    match fam.kv.iter().find(|(k, _)| *k == key) {
+        Some((_, Kv::I32s(v))) if v.len() == fam.n_layer => Ok(v.iter().map(|&x| x as u64).collect()),
+        Some((_, Kv::U32(v))) => Ok(vec![*v as u64; fam.n_layer]),
+        _ => bail!("{}: no per-layer key {key} in the family's keys", fam.name),
+    }
+}
+
+/// A [`Feature::Gemma4`] layer's kind: windowed, and whether it keeps its own KV.
+fn gemma4_layer_kind(fam: &Family, il: usize) -> Result<(bool, bool)> {
+    let swa = match fam.kv.iter().find(|(k, _)| *k == "attention.sliding_window_pattern") {
+        Some((_, Kv::Bools(v))) if v.len() == fam.n_layer => v[il],
+        _ => bail!("{}: no sliding_window_pattern of {} bools", fam.name, fam.n_layer),
+    };
+    let shared = fam_u32(fam, "attention.shared_kv_layers")? as usize;
+    Ok((swa, il < fam.n_layer - shared))
+}
+
+/// The model-wide tensors of a [`Feature::Gemma4`] family besides `token_embd`: the
+/// global layers' `rope_freqs` (proportional rope, partial factor 0.25: 1 for the rotated
+/// quarter of the pairs, 1e30 for the rest, as `Gemma4Model.generate_extra_tensors`) and
+/// the per-layer embedding inputs.
+fn write_gemma4_globals(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, n_vocab: u64) -> Result<()> {
+    let e = fam.n_embd;
+    let half = fam.head_dim / 2;
+    let rotated = half / 4;
+    let freqs: Vec<f32> = (0..half).map(|i| if i < rotated { 1.0 } else { 1e30 }).collect();
+    b.tensor_data("rope_freqs.weight", &[half], &freqs)?;
+    let n_pl = fam_u32(fam, "embedding_length_per_layer_input")?;
+    if n_pl > 0 {
+        let w = n_pl * fam.n_layer as u64;
+        // ×√n_pl at run time: N(0, 1/√n_pl) gives unit-variance inputs
+        b.tensor("per_layer_token_embd.weight", &[w, n_vocab], "q8_0", 0.0, 1.0 / (n_pl as f64).sqrt())?;
+        b.tensor("per_layer_model_proj.weight", &[e, w], types.next(e), 0.0, 1.0 / (e as f64).sqrt())?;
+        b.tensor("per_layer_proj_norm.weight", &[n_pl], "f32", 1.0, 0.1)?;
+    }
+    Ok(())
+}
+
+/// One layer of a [`Feature::Gemma4`] family (`llama_model_gemma4::load_arch_tensors`).
+/// The query norm's weights are ~1/√head (Gemma 4's attention scale is 1: the learned norm
+/// carries it), so scores stay O(1).
+fn write_gemma4_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
+    let p = |x: &str| format!("blk.{il}.{x}");
+    let e = fam.n_embd;
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    let (swa, has_kv) = gemma4_layer_kind(fam, il)?;
+    let head = if swa { fam_u32(fam, "attention.key_length_swa")? } else { fam.head_dim };
+    let (qd, kvd) = (fam.n_head * head, fam.n_head_kv * head);
+    let f = fam_per_layer(fam, "feed_forward_length")?[il];
+    b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    b.tensor(&p("attn_q.weight"), &[e, qd], types.next(e), 0.0, s(e))?;
+    if has_kv {
+        b.tensor(&p("attn_k.weight"), &[e, kvd], types.next(e), 0.0, s(e))?;
+        // the first global layer has no V projection (V = K)
+        let first_global = !swa && (0..il).all(|j| gemma4_layer_kind(fam, j).is_ok_and(|(w, _)| w));
+        if !first_global {
+            b.tensor(&p("attn_v.weight"), &[e, kvd], types.next(e), 0.0, s(e))?;
+        }
+    }
+    b.tensor(&p("attn_output.weight"), &[qd, e], types.next(qd), 0.0, s(qd))?;
+    let qn = 1.0 / (head as f64).sqrt();
+    b.tensor(&p("attn_q_norm.weight"), &[head], "f32", qn, 0.1 * qn)?;
+    if has_kv {
+        b.tensor(&p("attn_k_norm.weight"), &[head], "f32", 1.0, 0.1)?;
+    }
+    b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
+    b.tensor(&p("post_ffw_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    let n_pl = fam_u32(fam, "embedding_length_per_layer_input")?;
+    if n_pl > 0 {
+        b.tensor(&p("inp_gate.weight"), &[e, n_pl], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("proj.weight"), &[n_pl, e], types.next(n_pl), 0.0, s(n_pl))?;
+        b.tensor(&p("post_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    }
+    b.tensor(&p("layer_output_scale.weight"), &[1], "f32", 0.7, 0.1)?;
+    Ok(())
 }
 
 /// One layer of a [`Feature::DeltaNet`] family (`llama_model_qwen35::load_arch_tensors`):

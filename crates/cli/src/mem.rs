@@ -99,7 +99,30 @@ pub fn estimate(file: &SplitGguf, a: &MemArgs) -> Result<(Estimate, u64)> {
         }
         _ => (n_layer, 0),
     };
-    let kv = n_attn * n_ctx * per_token * a.parallel.max(1) + recurrent;
+    let mut kv = n_attn * n_ctx * per_token * a.parallel.max(1) + recurrent;
+    // Layers of their own widths (gemma4: windowed layers `key_length_swa` wide per
+    // `attention.sliding_window_pattern`, KV heads per layer) and the last
+    // `attention.shared_kv_layers` layers reading earlier layers' caches: the cache is
+    // the sum over the layers that keep one (each `n_ctx` rows, as this engine keeps them).
+    if let Some(pattern) = md.get(&format!("{arch}.attention.sliding_window_pattern")).and_then(|v| v.as_array()) {
+        if recurrent == 0 && pattern.len() as u64 == n_layer && u("attention.key_length_swa").is_some() {
+            let per_layer_kv = |il: usize| match md.get(&format!("{arch}.attention.head_count_kv")) {
+                Some(Value::Array(x)) => x.get(il).and_then(|v| v.as_u64()).unwrap_or(n_head_kv),
+                _ => n_head_kv,
+            };
+            let (hk_swa, hv_swa) =
+                (u("attention.key_length_swa").unwrap_or(head_k), u("attention.value_length_swa").unwrap_or(head_v));
+            let cached = n_layer.saturating_sub(u("attention.shared_kv_layers").unwrap_or(0)) as usize;
+            let mut sum = 0u64;
+            for il in 0..cached {
+                let swa = pattern.get(il).and_then(|v| v.as_bool().or_else(|| v.as_u64().map(|x| x != 0)));
+                let (hk, hv) = if swa == Some(true) { (hk_swa, hv_swa) } else { (head_k, head_v) };
+                let nkv = per_layer_kv(il);
+                sum += cache_bytes(&a.cache_type_k, nkv * hk)? + cache_bytes(&a.cache_type_v, nkv * hv)?;
+            }
+            kv = n_ctx * sum * a.parallel.max(1);
+        }
+    }
     // Working buffers, fitted on this engine's measured peak RSS (SmolLM2-135M,
     // qwen2.5-coder-0.5b, gemma-3-270m at -c 512, refitted 2026-12-02; BENCHMARKS.md):
     // 16 MiB of runtime, the tokenizer's tables (≈ 4.5× the metadata bytes), one ubatch of
@@ -132,4 +155,49 @@ pub fn run(a: &MemArgs) -> Result<()> {
     println!("  compute   {:10.1} MiB", mib(e.compute));
     println!("  total     {:10.1} MiB allocated, {:.1} MiB expected peak RSS (CPU)", mib(alloc), mib(total));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// gemma4: windowed and global layers of their own widths, the last two sharing caches.
+    #[test]
+    fn kv_counts_each_cached_layer_at_its_width() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("g4.gguf");
+        let mut w = gguf_format::GgufWriter::new();
+        w.add_kv("general.architecture", "gemma4");
+        for (k, v) in [
+            ("block_count", 4u32),
+            ("embedding_length", 64),
+            ("attention.head_count", 2),
+            ("attention.head_count_kv", 1),
+            ("attention.key_length", 64),
+            ("attention.value_length", 64),
+            ("attention.key_length_swa", 32),
+            ("attention.value_length_swa", 32),
+            ("attention.shared_kv_layers", 2),
+        ] {
+            w.add_kv(&format!("gemma4.{k}"), v);
+        }
+        w.add_kv(
+            "gemma4.attention.sliding_window_pattern",
+            Value::Array(gguf_format::Array::Bool(vec![true, false, true, false])),
+        );
+        w.write_to_path(&p).unwrap();
+        let file = SplitGguf::open(&p).unwrap();
+        let args = |k: &str| MemArgs {
+            model: p.clone(),
+            ctx: 100,
+            parallel: 1,
+            cache_type_k: k.into(),
+            cache_type_v: k.into(),
+            ubatch: 8,
+            json: false,
+        };
+        // layer 0: K and V 32 wide, layer 1: 64 wide; layers 2 and 3 share them
+        assert_eq!(estimate(&file, &args("f16")).unwrap().0.kv, 100 * 2 * (2 * 32 + 2 * 64));
+        assert_eq!(estimate(&file, &args("q8_0")).unwrap().0.kv, 100 * (2 * 34 + 2 * 2 * 34));
+    }
 }

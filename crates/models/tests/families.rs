@@ -617,7 +617,7 @@ fn phi3_bad_input_is_named() {
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35"] {
+    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35", "qwen35moe", "gemma4"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());
@@ -823,4 +823,265 @@ fn qwen35_file_without_key(path: &std::path::Path, key: &str) {
     w.write_to_path(&tmp).unwrap();
     drop(f);
     std::fs::rename(&tmp, path).unwrap();
+}
+
+// ---- gemma4 ----
+
+/// What a tiny gemma4 file holds beyond the defaults of [`gemma4_file`].
+#[derive(Default)]
+struct G4 {
+    /// Layer 1 gets an `attn_v` equal to its `attn_k` (else it has none: V = K).
+    v_copy_of_k: bool,
+    /// No per-layer embeddings (`embedding_length_per_layer_input` 0, none of their tensors).
+    no_per_layer: bool,
+    /// Every layer's per-layer projection `blk.N.proj` all zeros.
+    zero_proj: bool,
+}
+
+/// A 4-layer gemma4 file (64 wide; 2 heads / 1 KV head, 16 wide on the windowed layers 0
+/// and 2 (window 4, rope on 16 dims), 32 wide on the global layers 1 and 3 (proportional
+/// rope: rope_freqs 1 for 4 of 16 pairs, 1e30 for the rest); the last two layers share the
+/// first two's KV caches; FFN 96, 192 on the shared layers; per-layer embeddings of 8; 50
+/// tokens), layer 1 without `attn_v`. `skip` leaves a tensor out, `dims` overrides shapes,
+/// `drop_key` leaves a `gemma4.*` key out.
+fn gemma4_file(
+    path: &std::path::Path,
+    g: &G4,
+    skip: Option<&str>,
+    extra: &[(&str, Value)],
+    dims: &[(&str, Vec<u64>)],
+    drop_key: Option<&str>,
+) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+    let (e, nh, nkv, h_swa, h_full, nv) = (64u64, 2u64, 1u64, 16u64, 32u64, 50u64);
+    // the per-layer tensors' values are drawn either way (the other tensors keep theirs)
+    let n_pl = 8u64;
+    let per_layer_name = |name: &str| {
+        name.starts_with("per_layer_") || [".inp_gate.", ".proj.", ".post_norm."].iter().any(|s| name.contains(s))
+    };
+    let swa = [true, false, true, false];
+    let ff = [96i32, 96, 192, 192];
+    let arch = "gemma4";
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", arch);
+    let mut keys: Vec<(&str, Value)> = vec![
+        ("block_count", Value::U32(4)),
+        ("embedding_length", Value::U32(e as u32)),
+        ("feed_forward_length", Value::Array(gguf_format::Array::I32(ff.to_vec()))),
+        ("attention.head_count", Value::U32(nh as u32)),
+        ("attention.head_count_kv", Value::U32(nkv as u32)),
+        ("attention.key_length", Value::U32(h_full as u32)),
+        ("attention.value_length", Value::U32(h_full as u32)),
+        ("attention.key_length_swa", Value::U32(h_swa as u32)),
+        ("attention.value_length_swa", Value::U32(h_swa as u32)),
+        ("rope.dimension_count", Value::U32(h_full as u32)),
+        ("rope.dimension_count_swa", Value::U32(h_swa as u32)),
+        ("rope.freq_base", Value::F32(1e6)),
+        ("rope.freq_base_swa", Value::F32(1e4)),
+        ("context_length", Value::U32(256)),
+        ("attention.layer_norm_rms_epsilon", Value::F32(1e-6)),
+        ("attention.sliding_window", Value::U32(4)),
+        ("attention.sliding_window_pattern", Value::Array(gguf_format::Array::Bool(swa.to_vec()))),
+        ("attention.shared_kv_layers", Value::U32(2)),
+        ("embedding_length_per_layer_input", Value::U32(if g.no_per_layer { 0 } else { n_pl as u32 })),
+        ("final_logit_softcapping", Value::F32(30.0)),
+    ];
+    keys.retain(|(k, _)| Some(*k) != drop_key);
+    for (k, v) in keys {
+        w.add_kv(&format!("{arch}.{k}"), v);
+    }
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let mut rand_vec =
+        |n: u64, mean: f32| -> Vec<f32> { (0..n).map(|_| mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
+    // a tensor of random values around `mean`, or of `data` when given; returns its values
+    let mut put = |name: &str, shape: &[u64], mean: f32, data: Option<Vec<f32>>| -> Vec<f32> {
+        let shape = dims.iter().find(|(n, _)| *n == name).map_or(shape.to_vec(), |(_, d)| d.clone());
+        let n: u64 = shape.iter().product();
+        let mut v = data.unwrap_or_else(|| rand_vec(n, mean));
+        v.resize(n as usize, 0.5);
+        if g.zero_proj && name.ends_with(".proj.weight") {
+            v.fill(0.0); // drawn all the same: the other tensors keep their values
+        }
+        if skip != Some(name) && !(g.no_per_layer && per_layer_name(name)) {
+            w.add_tensor_owned(name, &shape, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        }
+        v
+    };
+    put("token_embd.weight", &[e, nv], 0.0, None);
+    let half = h_full / 2;
+    put("rope_freqs.weight", &[half], 0.0, Some((0..half).map(|i| if i < 4 { 1.0 } else { 1e30 }).collect()));
+    {
+        put("per_layer_token_embd.weight", &[n_pl * 4, nv], 0.0, None);
+        put("per_layer_model_proj.weight", &[e, n_pl * 4], 0.0, None);
+        put("per_layer_proj_norm.weight", &[n_pl], 1.0, None);
+    }
+    for il in 0..4usize {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let head = if swa[il] { h_swa } else { h_full };
+        let has_kv = il < 2;
+        put(&p("attn_norm.weight"), &[e], 1.0, None);
+        put(&p("attn_q.weight"), &[e, nh * head], 0.0, None);
+        if has_kv {
+            let k = put(&p("attn_k.weight"), &[e, nkv * head], 0.0, None);
+            if il == 0 {
+                put(&p("attn_v.weight"), &[e, nkv * head], 0.0, None);
+            } else if g.v_copy_of_k {
+                put(&p("attn_v.weight"), &[e, nkv * head], 0.0, Some(k));
+            }
+            put(&p("attn_k_norm.weight"), &[head], 1.0, None);
+        }
+        put(&p("attn_output.weight"), &[nh * head, e], 0.0, None);
+        put(&p("attn_q_norm.weight"), &[head], 0.3, None);
+        put(&p("post_attention_norm.weight"), &[e], 1.0, None);
+        put(&p("ffn_norm.weight"), &[e], 1.0, None);
+        let f = ff[il] as u64;
+        put(&p("ffn_gate.weight"), &[e, f], 0.0, None);
+        put(&p("ffn_up.weight"), &[e, f], 0.0, None);
+        put(&p("ffn_down.weight"), &[f, e], 0.0, None);
+        put(&p("post_ffw_norm.weight"), &[e], 1.0, None);
+        put(&p("inp_gate.weight"), &[e, n_pl], 0.0, None);
+        put(&p("proj.weight"), &[n_pl, e], 0.0, None);
+        put(&p("post_norm.weight"), &[e], 1.0, None);
+        put(&p("layer_output_scale.weight"), &[1], 0.0, Some(vec![0.8]));
+    }
+    put("output_norm.weight", &[e], 1.0, None);
+    w.write_to_path(path).unwrap();
+}
+
+fn gemma4_logits(g: &G4, tokens: &[u32], n_ubatch: usize) -> (String, Vec<f32>) {
+    let (_d, p) = tmp("gemma4.gguf");
+    gemma4_file(&p, g, None, &[], &[], None);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 2, n_ubatch, ..Default::default() }).unwrap();
+    let all = model.forward(st.as_mut(), tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    (model.describe(), all)
+}
+
+#[test]
+fn gemma4_runs_its_layer_kinds_across_ubatches() {
+    let tokens = [3u32, 14, 15, 9, 26, 5, 35, 8, 2, 41];
+    let (desc, all) = gemma4_logits(&G4::default(), &tokens, 512);
+    for want in
+        ["2 windowed, window 4, heads of 16", "2 global, heads of 32", "2 layers sharing", "1 layers with V = K"]
+    {
+        assert!(desc.contains(want), "{want}: {desc}");
+    }
+    // The KV-shared layers read the caches the earlier layers wrote in earlier calls too.
+    // (one-token products take other f32 kernels than batches: close, not equal)
+    for (ub, tol) in [(3, 1e-4f32), (1, 1e-2)] {
+        let (_, got) = gemma4_logits(&G4::default(), &tokens, ub);
+        let worst = all.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(worst < tol, "ubatch {ub}: max diff {worst}");
+    }
+    // causal: a later token does not change earlier logits; the window and the shared caches
+    // make a token 5 positions back still matter through the global layers
+    let mut other = tokens;
+    other[9] = 40;
+    let (_, b) = gemma4_logits(&G4::default(), &other, 512);
+    let v = all.len() / tokens.len();
+    assert_eq!(all[..9 * v], b[..9 * v]);
+    let mut first = tokens;
+    first[0] = 4;
+    let (_, c) = gemma4_logits(&G4::default(), &first, 512);
+    assert!(rows_differ(&all[9 * v..], &c[9 * v..]));
+}
+
+#[test]
+fn gemma4_v_is_k_without_attn_v() {
+    // A layer without attn_v computes what the same layer with attn_v = attn_k does.
+    let tokens = [3u32, 14, 15, 9, 26];
+    let (d1, a) = gemma4_logits(&G4::default(), &tokens, 512);
+    let (d2, b) = gemma4_logits(&G4 { v_copy_of_k: true, ..Default::default() }, &tokens, 512);
+    assert!(d1.contains("V = K") && !d2.contains("V = K"), "{d1} / {d2}");
+    assert_eq!(a, b);
+}
+
+#[test]
+fn gemma4_per_layer_embeddings_add_their_projection() {
+    // With every per-layer projection zero the per-layer path adds post_norm(0) = 0: the
+    // logits of the same file without per-layer embeddings, bit for bit.
+    let tokens = [3u32, 14, 15, 9, 26];
+    let (_, without) = gemma4_logits(&G4 { no_per_layer: true, ..Default::default() }, &tokens, 512);
+    let (_, zero) = gemma4_logits(&G4 { zero_proj: true, ..Default::default() }, &tokens, 512);
+    let (_, with) = gemma4_logits(&G4::default(), &tokens, 512);
+    assert_eq!(without, zero);
+    assert!(rows_differ(&without, &with));
+}
+
+#[test]
+fn gemma4_bad_input_is_named() {
+    let (_d, p) = tmp("gemma4.gguf");
+    let g = G4::default();
+    let load_err = |p: &std::path::Path| gguf_models::load(p).err().expect("must not load").to_string();
+    for name in [
+        "rope_freqs.weight",
+        "blk.1.attn_k.weight",
+        "blk.0.attn_v.weight",
+        "blk.3.attn_q_norm.weight",
+        "per_layer_model_proj.weight",
+        "blk.2.inp_gate.weight",
+        "blk.1.post_ffw_norm.weight",
+    ] {
+        gemma4_file(&p, &g, Some(name), &[], &[], None);
+        if name == "blk.0.attn_v.weight" {
+            // optional (V = K): then it loads
+            continue;
+        }
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    gemma4_file(&p, &g, Some("blk.0.attn_v.weight"), &[], &[], None);
+    assert!(gguf_models::load(&p).is_ok());
+    for key in [
+        "attention.key_length_swa",
+        "attention.sliding_window",
+        "attention.sliding_window_pattern",
+        "embedding_length_per_layer_input",
+        "feed_forward_length",
+    ] {
+        gemma4_file(&p, &g, None, &[], &[], Some(key));
+        let err = load_err(&p);
+        assert!(err.contains(&format!("gemma4.{key}")), "{key}: {err}");
+    }
+    // inconsistent: too many shared layers, KV heads not dividing the heads, a shared
+    // layer of another kind than its source, a pattern of the wrong length, rope factors
+    // of the wrong length, a Q projection of the wrong width
+    let bad: [(&str, Value, &str); 4] = [
+        ("gemma4.attention.shared_kv_layers", Value::U32(3), "gemma4.attention.shared_kv_layers"),
+        ("gemma4.attention.head_count_kv", Value::U32(3), "2 query heads and 3 KV heads"),
+        (
+            "gemma4.attention.sliding_window_pattern",
+            Value::Array(gguf_format::Array::Bool(vec![false, true, true, false])),
+            "shares the KV cache of layer 0",
+        ),
+        (
+            "gemma4.attention.sliding_window_pattern",
+            Value::Array(gguf_format::Array::Bool(vec![true, false])),
+            "gemma4.attention.sliding_window_pattern",
+        ),
+    ];
+    for (k, v, want) in bad {
+        gemma4_file(&p, &g, None, &[(k, v)], &[], None);
+        let err = load_err(&p);
+        assert!(err.contains(want), "{k}: {err}");
+    }
+    gemma4_file(&p, &g, None, &[], &[("rope_freqs.weight", vec![8])], None);
+    let err = load_err(&p);
+    assert!(err.contains("rope_freqs.weight"), "{err}");
+    gemma4_file(&p, &g, None, &[], &[("blk.2.attn_q.weight", vec![64, 64])], None);
+    let err = load_err(&p);
+    assert!(err.contains("blk.2.attn_q.weight"), "{err}");
+    // the MoE layers of 26B-A4B are refused by name
+    gemma4_file(&p, &g, None, &[], &[], None);
+    let f = gguf_format::GgufFile::open(&p).unwrap();
+    let mut w = gguf_format::GgufWriter::from_file(&f).unwrap();
+    w.add_tensor_owned("blk.0.ffn_gate_inp.weight", &[64, 4], 0, vec![0u8; 64 * 4 * 4]).unwrap();
+    let p2 = p.with_extension("moe.gguf");
+    w.write_to_path(&p2).unwrap();
+    let err = load_err(&p2);
+    assert!(err.contains("blk.0.ffn_gate_inp.weight") && err.contains("not supported"), "{err}");
 }

@@ -4,6 +4,7 @@
 
 mod gemma2;
 mod gemma3;
+mod gemma4;
 mod granite;
 mod llama;
 mod olmo2;

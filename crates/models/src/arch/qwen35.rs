@@ -7,8 +7,8 @@
 //! `x += ffn(post_attention_norm(x))` with a SwiGLU FFN — for qwen35moe routed experts
 //! (softmax, top-k renormalized) plus a shared expert scaled by its own sigmoid gate.
 //!
-//! Status: qwen35 is verified bit-identical to libllama (`verify families`, BENCHMARKS.md);
-//! qwen35moe loads and runs but has not been verified yet.
+//! Status: qwen35 and qwen35moe are verified bit-identical to libllama on their prompt logits
+//! (`verify families`, BENCHMARKS.md).
 //!
 //! For text every M-RoPE section takes the token's position (llama.cpp fills the three
 //! first position rows with it and the fourth with 0), so the rotation is NeoX's over
@@ -290,6 +290,8 @@ fn gated_attention(ld: &Loader<'_>, il: usize, hp: &Hparams, heads: Heads, scale
         scale_q: false,
         softcap: None,
         q_gate: true,
+        v_norm: None,
+        v_from_k: false,
     })
 }
 

@@ -110,6 +110,12 @@ pub struct Attention {
     /// `2·head_k` rows per head, the head's query then its gate, and the attention output
     /// is multiplied by `sigmoid(gate)` (ggml's `op_sigmoid`) before `wo`.
     pub q_gate: bool,
+    /// Per-head RMSNorm of V before the cache write (gemma4's weightless `ggml_rms_norm`:
+    /// a weight of ones, which `rms_norm`'s `(x·scale)·1` leaves exact).
+    pub v_norm: Option<RmsNorm>,
+    /// V is the key projection itself, taken before K's norm and rope (gemma4's
+    /// `attention_k_eq_v` layers, which have no `attn_v`): `wv` is then not used.
+    pub v_from_k: bool,
 }
 
 impl Attention {
@@ -143,6 +149,8 @@ impl Attention {
             scale_q: false,
             softcap: None,
             q_gate: false,
+            v_norm: None,
+            v_from_k: false,
         })
     }
 
@@ -192,6 +200,8 @@ impl Attention {
             scale_q: false,
             softcap: None,
             q_gate: false,
+            v_norm: None,
+            v_from_k: false,
         })
     }
 
@@ -216,6 +226,11 @@ impl Attention {
         let Some(f) = &self.wqkv else {
             self.wq.forward(pass, h, q)?;
             self.wk.forward(pass, h, k)?;
+            if self.v_from_k {
+                v.clear();
+                v.extend_from_slice(k);
+                return Ok(());
+            }
             return self.wv.forward(pass, h, v);
         };
         f.forward(pass, h, o)?;
@@ -236,21 +251,13 @@ impl Attention {
         Ok(())
     }
 
-    /// Attention of the normed input `h` (every row of the pass) into `out`: writes each
-    /// sequence's K and V rows into its cache at their positions, attends, projects.
-    /// `il` names the dumps (`Qcur-{il}`, `kqv_out-{il}`, ...).
-    pub fn forward(
-        &self,
-        pass: &Pass<'_>,
-        il: usize,
-        h: &[f32],
-        seqs: &mut [SeqKv<'_>],
-        sc: &mut AttentionScratch,
-        out: &mut Vec<f32>,
-    ) -> Result<()> {
-        let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = self.heads;
-        self.qkv(pass, h, sc)?;
-        let AttentionScratch { q, k, v, o, tmp, rc, gate } = sc;
+    /// The queries of every row of the pass, ready for [`attend`]: split from their gates
+    /// (`q_gate`, gates into `sc.gate`), QK-normed, roped at each sequence's positions,
+    /// scaled when `scale_q`, rotated for a quantized K cache. Returns the score scale
+    /// left for the attention.
+    fn queries(&self, pass: &Pass<'_>, il: usize, seqs: &[(usize, usize, usize)], sc: &mut AttentionScratch) -> f32 {
+        let Heads { n_head: nh, head_k: hk, .. } = self.heads;
+        let AttentionScratch { q, tmp, rc, gate, .. } = sc;
         if self.q_gate {
             // per head [query | gate]: split into the queries and the gates
             dump(&format!("Qcur_full-{il}"), q);
@@ -265,27 +272,15 @@ impl Attention {
             q.truncate(n * nh * hk);
         }
         dump(&format!("Qcur-{il}"), q);
-        dump(&format!("Kcur-{il}"), k);
-        dump(&format!("Vcur-{il}"), v);
         if let Some(w) = &self.q_norm {
             w.forward_inplace(q, tmp);
         }
-        if let Some(w) = &self.k_norm {
-            w.forward_inplace(k, tmp);
-        }
-        let (rot_k, rot_v) = match seqs.first() {
-            Some(s) => (cache_rotation(s.k.cache_type(), hk, true), cache_rotation(s.v.cache_type(), hv, false)),
-            None => (None, None),
-        };
-        for s in seqs.iter() {
-            for t in 0..s.n {
-                let (r, pos) = (s.row0 + t, s.pos0 + t);
+        for &(row0, n, pos0) in seqs {
+            for t in 0..n {
+                let (r, pos) = (row0 + t, pos0 + t);
                 self.rope.cache(pos, rc);
                 for hq in q[r * nh * hk..(r + 1) * nh * hk].chunks_exact_mut(hk) {
                     self.rope.apply(rc, hq);
-                }
-                for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
-                    self.rope.apply(rc, hkv);
                 }
             }
         }
@@ -295,9 +290,49 @@ impl Attention {
             scale = 1.0;
         }
         dump(&format!("Qrope-{il}"), q);
+        scale
+    }
+
+    /// Attention of the normed input `h` (every row of the pass) into `out`: writes each
+    /// sequence's K and V rows into its cache at their positions, attends, projects.
+    /// `il` names the dumps (`Qcur-{il}`, `kqv_out-{il}`, ...).
+    pub fn forward(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        h: &[f32],
+        seqs: &mut [SeqKv<'_>],
+        sc: &mut AttentionScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let Heads { n_head_kv: nkv, head_k: hk, head_v: hv, .. } = self.heads;
+        self.qkv(pass, h, sc)?;
+        let spans: Vec<(usize, usize, usize)> = seqs.iter().map(|s| (s.row0, s.n, s.pos0)).collect();
+        let scale = self.queries(pass, il, &spans, sc);
+        let AttentionScratch { k, v, tmp, rc, .. } = sc;
+        dump(&format!("Kcur-{il}"), k);
+        dump(&format!("Vcur-{il}"), v);
+        if let Some(w) = &self.k_norm {
+            w.forward_inplace(k, tmp);
+        }
+        if let Some(w) = &self.v_norm {
+            w.forward_inplace(v, tmp);
+        }
+        let (rot_k, rot_v) = match seqs.first() {
+            Some(s) => (cache_rotation(s.k.cache_type(), hk, true), cache_rotation(s.v.cache_type(), hv, false)),
+            None => (None, None),
+        };
+        for s in seqs.iter() {
+            for t in 0..s.n {
+                let (r, pos) = (s.row0 + t, s.pos0 + t);
+                self.rope.cache(pos, rc);
+                for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
+                    self.rope.apply(rc, hkv);
+                }
+            }
+        }
         dump(&format!("Krope-{il}"), k);
         if let Some(n) = rot_k {
-            hadamard_rows(q, n);
             hadamard_rows(k, n);
         }
         if let Some(n) = rot_v {
@@ -310,10 +345,52 @@ impl Attention {
                 s.v.write(pos, &v[r * nkv * hv..(r + 1) * nkv * hv]);
             }
         }
-        o.resize(pass.rows.n_rows() * nh * hv, 0.0);
         let views: Vec<SeqView<'_>> =
             seqs.iter().map(|s| SeqView { row0: s.row0, n: s.n, pos0: s.pos0, k: &*s.k, v: &*s.v }).collect();
-        attend_softcap(pass.pool, self.heads, &views, q, scale, self.softcap, self.window, o);
+        self.attend_project(pass, il, &views, scale, sc, out)
+    }
+
+    /// Attention of the normed input `h` over caches another layer wrote (gemma3n/gemma4's
+    /// KV-shared layers, llama.cpp's `build_attn` with no K/V): only the queries are
+    /// computed (`wk`/`wv` are not used), the caches are read as they are. Each view's
+    /// cache must already hold the sequence's rows up to `pos0 + n`.
+    pub fn forward_shared(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        h: &[f32],
+        seqs: &[SeqView<'_>],
+        sc: &mut AttentionScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        self.wq.forward(pass, h, &mut sc.q)?;
+        let spans: Vec<(usize, usize, usize)> = seqs.iter().map(|s| (s.row0, s.n, s.pos0)).collect();
+        let scale = self.queries(pass, il, &spans, sc);
+        self.attend_project(pass, il, seqs, scale, sc, out)
+    }
+
+    /// The common tail: q rotated for a quantized K cache, [`attend_softcap`] over the
+    /// views, the output rotated back for a quantized V cache, gated, projected by `wo`.
+    fn attend_project(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        views: &[SeqView<'_>],
+        scale: f32,
+        sc: &mut AttentionScratch,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let Heads { n_head: nh, head_k: hk, head_v: hv, .. } = self.heads;
+        let AttentionScratch { q, o, gate, .. } = sc;
+        let (rot_k, rot_v) = match views.first() {
+            Some(s) => (cache_rotation(s.k.cache_type(), hk, true), cache_rotation(s.v.cache_type(), hv, false)),
+            None => (None, None),
+        };
+        if let Some(n) = rot_k {
+            hadamard_rows(q, n);
+        }
+        o.resize(pass.rows.n_rows() * nh * hv, 0.0);
+        attend_softcap(pass.pool, self.heads, views, q, scale, self.softcap, self.window, o);
         dump(&format!("kqv_out-{il}"), o);
         if let Some(n) = rot_v {
             hadamard_rows(o, n);
