@@ -14,6 +14,31 @@ pub enum Logits {
     None,
 }
 
+impl Logits {
+    /// `tokens` in chunks of at most `n_ubatch`, each run by `run` with the logits it must
+    /// return (the last chunk's for [`Logits::Last`]), the outputs concatenated: the ubatch
+    /// loop of a `forward` that evaluates one chunk at a time.
+    pub fn by_ubatch(
+        self,
+        tokens: &[u32],
+        n_ubatch: usize,
+        mut run: impl FnMut(&[u32], Logits) -> Result<Vec<f32>>,
+    ) -> Result<Vec<f32>> {
+        let ub = n_ubatch.max(1);
+        let n_chunks = tokens.len().div_ceil(ub);
+        let mut out = Vec::new();
+        for (c, chunk) in tokens.chunks(ub).enumerate() {
+            let want = match self {
+                Logits::All => Logits::All,
+                Logits::Last if c == n_chunks - 1 => Logits::Last,
+                _ => Logits::None,
+            };
+            out.extend(run(chunk, want)?);
+        }
+        Ok(out)
+    }
+}
+
 /// Options for a new inference state.
 #[derive(Debug, Clone)]
 pub struct StateOptions {

@@ -646,16 +646,6 @@ impl Model for Gemma4 {
             return Err(Error::ContextFull { n_tokens: tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
         }
         let ub = st.n_ubatch;
-        let n_chunks = tokens.len().div_ceil(ub);
-        let mut out = Vec::new();
-        for (c, chunk) in tokens.chunks(ub).enumerate() {
-            let want = match logits {
-                Logits::All => Logits::All,
-                Logits::Last if c == n_chunks - 1 => Logits::Last,
-                _ => Logits::None,
-            };
-            out.extend(self.run_ubatch(st, chunk, want)?);
-        }
-        Ok(out)
+        logits.by_ubatch(tokens, ub, |chunk, want| self.run_ubatch(st, chunk, want))
     }
 }
