@@ -74,7 +74,7 @@ unsafe fn vec_dot_s(w: *const u8, x: *const u8, nb: usize) -> f32 {
             let sign = 1 - 2 * (h >> 15) as i32;
             sumi1 += (bsum(2 * g) + bsum(2 * g + 1)) * sign * ls;
         }
-        let d = *(y as *const f32) * super::tiles::f16_at(b);
+        let d = (y as *const f32).read_unaligned() * super::tiles::f16_at(b);
         accum = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), accum);
         accum1 = d.mul_add(sumi1 as f32, accum1);
     }
@@ -117,7 +117,7 @@ unsafe fn vec_dot_m(w: *const u8, x: *const u8, nb: usize) -> f32 {
         }
         let scale = s::iq1_m_scale(blk);
         let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(scale as i32)));
-        let d = _mm256_set1_ps(*(y as *const f32) * dw);
+        let d = _mm256_set1_ps((y as *const f32).read_unaligned() * dw);
         accum1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi1), accum1);
         accum2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi2), accum2);
     }
@@ -184,7 +184,7 @@ unsafe fn tiled_rows(kind: Kind, a: &TileArgs) {
             for ib in 0..a.nb {
                 let y = x.add(ib * Q8_K_BYTES);
                 let xs: [__m256i; 8] = core::array::from_fn(|g| _mm256_xor_si256(load256(y.add(4 + 32 * g)), flip));
-                let dx = *(y as *const f32);
+                let dx = (y as *const f32).read_unaligned();
                 for (r, acc) in acc.iter_mut().enumerate().take(nr) {
                     let d = &dec[r * a.nb + ib];
                     let mut v = _mm256_setzero_si256();
