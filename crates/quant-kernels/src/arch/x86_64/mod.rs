@@ -12,6 +12,7 @@ pub mod float256;
 pub mod float512;
 pub mod iq1;
 pub mod iq4;
+mod k16;
 pub mod kquant_avx2;
 pub mod lattice;
 pub mod lattice_avx2;

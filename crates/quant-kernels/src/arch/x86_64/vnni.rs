@@ -606,16 +606,16 @@ dot_of_tile! {
 // group the scale (for the offset correction `offset · Σx`) and the min, both as i16 for
 // a `vpmaddwd` with the Q8_K block sums.
 
-struct KBlock {
-    q: [__m256i; 8],
-    sv: [__m256i; 8],
+pub(super) struct KBlock {
+    pub(super) q: [__m256i; 8],
+    pub(super) sv: [__m256i; 8],
     /// i16 scale per 16-element group (offset types only).
-    sc16: __m256i,
+    pub(super) sc16: __m256i,
     /// Mins: q2_K one i16 per 16-element group; q4_K/q5_K the 8 sub-block mins as i16
     /// in the low 128 bits.
-    mn16: __m256i,
-    d: f32,
-    dmin: f32,
+    pub(super) mn16: __m256i,
+    pub(super) d: f32,
+    pub(super) dmin: f32,
 }
 
 /// Sixteen i8 scales (one per 16-element group) → the eight lane-scale vectors of the
@@ -656,7 +656,7 @@ unsafe fn k4_common(b: *const u8) -> ([__m256i; 8], __m256i) {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn decode_q4_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q4_k(b: *const u8) -> KBlock {
     let m4 = _mm256_set1_epi8(0xF);
     let (sv, mn16) = k4_common(b);
     let mut q = [_mm256_setzero_si256(); 8];
@@ -670,7 +670,7 @@ unsafe fn decode_q4_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn decode_q5_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q5_k(b: *const u8) -> KBlock {
     let m4 = _mm256_set1_epi8(0xF);
     let one = _mm256_set1_epi8(1);
     let (sv, mn16) = k4_common(b);
@@ -688,7 +688,7 @@ unsafe fn decode_q5_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn decode_q6_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q6_k(b: *const u8) -> KBlock {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
     let mut q = [_mm256_setzero_si256(); 8];
@@ -718,7 +718,7 @@ unsafe fn decode_q6_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn decode_q3_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q3_k(b: *const u8) -> KBlock {
     let m3 = _mm256_set1_epi8(3);
     let one = _mm256_set1_epi8(1);
     let hbits = load256(b);
@@ -753,7 +753,7 @@ unsafe fn decode_q3_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-unsafe fn decode_q2_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q2_k(b: *const u8) -> KBlock {
     let m3 = _mm256_set1_epi8(3);
     let mut q = [_mm256_setzero_si256(); 8];
     for j in 0..2 {
@@ -776,11 +776,11 @@ unsafe fn decode_q2_k(b: *const u8) -> KBlock {
 /// the main accumulator first, q5_K keeps a scalar min accumulator; q4_K follows
 /// llama.cpp's repacked 8×8 kernels (which it uses for every q4_K weight on AVX2 machines):
 /// per block one fma of the whole integer sum and one of the min sum, subtracted last.
-const MODE_Q6: u8 = 0;
-const MODE_Q3: u8 = 1;
-const MODE_Q2: u8 = 2;
-const MODE_Q4: u8 = 3;
-const MODE_Q5: u8 = 4;
+pub(super) const MODE_Q6: u8 = 0;
+pub(super) const MODE_Q3: u8 = 1;
+pub(super) const MODE_Q2: u8 = 2;
+pub(super) const MODE_Q4: u8 = 3;
+pub(super) const MODE_Q5: u8 = 4;
 
 /// Per-tile activation data of the two-token K kernels (see [`prep_k`]).
 #[derive(Default)]
@@ -869,7 +869,7 @@ unsafe fn hsum_halves<const P: usize>(v: &[__m512i; P]) -> __m256i {
 }
 
 macro_rules! k_tile {
-    ($name:ident, $dot:ident, $imp:ident, $pairs:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr, $tiled_if:expr) => {
+    ($name:ident, $run:ident, $dot:ident, $imp:ident, $pairs:ident, $wb:expr, $decode:ident, $mode:expr, $single:expr, $tiled_if:expr) => {
         /// Weight rows `0..rows` against tokens `t0..t0+T`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -1134,6 +1134,12 @@ macro_rules! k_tile {
 
         /// VNNI tile kernel for a K type (see the section comment).
         pub fn $name(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+            $run(t, y, y_stride, true)
+        }
+
+        /// [`$name`], with or without the 16-token engine ([`super::k16`]) for the
+        /// tokens whose arithmetic it mirrors.
+        pub(super) fn $run(t: &Tile<'_>, y: &mut [f32], y_stride: usize, k16: bool) {
             let nb = check_tile(t, y, y_stride, has_vnni(), "avx512vnni", 256, $wb, Q8_K_BYTES);
             if t.rows == 0 || t.tokens == 0 {
                 return;
@@ -1152,12 +1158,24 @@ macro_rules! k_tile {
                 // The two-token kernel serves the groups of 2+ tokens outside the tiled
                 // and the 4-token arithmetic (all of `matmul_rowwise`'s).
                 let mode: u8 = $mode;
+                // The 16-token engine takes the leading tokens whose arithmetic it has:
+                // all of a tiled call's, the batched ones of a q4_K call.
+                let n16 = match (k16, tiled) {
+                    (false, _) => 0,
+                    (true, true) => t.tokens,
+                    (true, false) if mode == MODE_Q4 => t.batched,
+                    _ => 0,
+                };
+                let n16 = if n16 >= K16_FROM { n16 } else { 0 };
+                if n16 > 0 {
+                    super::k16::run::<{ $mode }>(w, t.w_stride, t.rows, nb, x, t.x_stride, n16, tiled, yp, y_stride);
+                }
                 let two = |t0: usize| !tiled && (mode != MODE_Q4 || t0 >= t.batched) && t.tokens - t0 >= 2;
                 let mut p = KPREP.with(|c| c.take());
-                if (0..t.tokens).step_by(8).any(two) {
+                if (n16..t.tokens).step_by(8).any(two) {
                     prep_k(mode, x, t.x_stride, t.tokens, nb, &mut p);
                 }
-                let mut t0 = 0;
+                let mut t0 = n16;
                 while t0 < t.tokens {
                     let (ws, r, xs, bt) = (t.w_stride, t.rows, t.x_stride, t.batched);
                     let nt = (t.tokens - t0).min(8);
@@ -1203,6 +1221,9 @@ use super::avx2;
 /// (`ggml-cpu/tiled`, `ggml_tiled_min_batch`) for weights it has not repacked.
 const TILED_FROM: usize = 8;
 
+/// Tokens of a tile from which the K tiles run [`super::k16`]'s 16-token engine.
+const K16_FROM: usize = 8;
+
 /// llama.cpp repacks q2_K (AVX-512) and q4_K (AVX2) weights whose row count is a
 /// multiple of 8; only the others reach its tiled kernels.
 fn unless_repacked(rows: usize) -> bool {
@@ -1213,8 +1234,19 @@ fn always(_rows: usize) -> bool {
     true
 }
 
-k_tile!(q2_k_tile, q2_k_q8_k, q2_k_imp, q2_k_pairs, 84, decode_q2_k, MODE_Q2, Some(avx2::q2_k_q8_k), unless_repacked);
-k_tile!(q3_k_tile, q3_k_q8_k, q3_k_imp, q3_k_pairs, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k), always);
-k_tile!(q4_k_tile, q4_k_q8_k, q4_k_imp, q4_k_pairs, 144, decode_q4_k, MODE_Q4, None, unless_repacked);
-k_tile!(q5_k_tile, q5_k_q8_k, q5_k_imp, q5_k_pairs, 176, decode_q5_k, MODE_Q5, None, always);
-k_tile!(q6_k_tile, q6_k_q8_k, q6_k_imp, q6_k_pairs, 210, decode_q6_k, MODE_Q6, None, always);
+k_tile!(
+    q2_k_tile,
+    q2_k_run,
+    q2_k_q8_k,
+    q2_k_imp,
+    q2_k_pairs,
+    84,
+    decode_q2_k,
+    MODE_Q2,
+    Some(avx2::q2_k_q8_k),
+    unless_repacked
+);
+k_tile!(q3_k_tile, q3_k_run, q3_k_q8_k, q3_k_imp, q3_k_pairs, 110, decode_q3_k, MODE_Q3, Some(avx2::q3_k_q8_k), always);
+k_tile!(q4_k_tile, q4_k_run, q4_k_q8_k, q4_k_imp, q4_k_pairs, 144, decode_q4_k, MODE_Q4, None, unless_repacked);
+k_tile!(q5_k_tile, q5_k_run, q5_k_q8_k, q5_k_imp, q5_k_pairs, 176, decode_q5_k, MODE_Q5, None, always);
+k_tile!(q6_k_tile, q6_k_run, q6_k_q8_k, q6_k_imp, q6_k_pairs, 210, decode_q6_k, MODE_Q6, None, always);
