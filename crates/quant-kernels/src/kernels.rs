@@ -93,11 +93,26 @@ mod x86 {
     vnni_kernel!(Q5_0, Q8_0, vnni::q5_0_q8_0, vnni::q5_0_tile);
     vnni_kernel!(Q5_1, Q8_1, vnni::q5_1_q8_1, vnni::q5_1_tile);
     vnni_kernel!(Q8_0, Q8_0, vnni::q8_0_q8_0, vnni::q8_0_tile);
-    vnni_kernel!(Q2K, Q8K, vnni::q2_k_q8_k, vnni::q2_k_tile);
-    vnni_kernel!(Q3K, Q8K, vnni::q3_k_q8_k, vnni::q3_k_tile);
-    vnni_kernel!(Q4K, Q8K, vnni::q4_k_q8_k, vnni::q4_k_tile);
-    vnni_kernel!(Q5K, Q8K, vnni::q5_k_q8_k, vnni::q5_k_tile);
-    vnni_kernel!(Q6K, Q8K, vnni::q6_k_q8_k, vnni::q6_k_tile);
+
+    // The K types' tiles run their prompt batches through the 16-token engine
+    // (`arch/x86_64/k16.rs`), which wants wide tiles.
+    macro_rules! vnni_k_kernel {
+        ($($ty:ty: $f:path, $tile:path;)*) => {$(
+            inventory::submit! {
+                Kernel::new(<$ty as GgmlType>::ID, "avx512vnni", 20, <Q8K as GgmlType>::ID, $f)
+                    .with_available(vnni::has_vnni)
+                    .with_tile($tile)
+                    .with_tile_tokens(vnni::K_TILE_TOKENS)
+            }
+        )*};
+    }
+    vnni_k_kernel! {
+        Q2K: vnni::q2_k_q8_k, vnni::q2_k_tile;
+        Q3K: vnni::q3_k_q8_k, vnni::q3_k_tile;
+        Q4K: vnni::q4_k_q8_k, vnni::q4_k_tile;
+        Q5K: vnni::q5_k_q8_k, vnni::q5_k_tile;
+        Q6K: vnni::q6_k_q8_k, vnni::q6_k_tile;
+    }
 
     vnni_kernel!(F32, F32, float512::f32_f32, float512::f32_tile);
     vnni_kernel!(F16, F16, float512::f16_f16, float512::f16_tile);

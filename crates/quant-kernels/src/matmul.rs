@@ -315,7 +315,8 @@ fn run_path(
                     (None, None) => tile_by_vec_dot(k.vec_dot, &t, out, ys),
                 }
             };
-            split(pool, mode, rows, n_tokens, act_row, w.row_bytes, y, &tile);
+            let shape = Shape { act_row_bytes: act_row, w_row_bytes: w.row_bytes, tile_tokens: k.tile_tokens };
+            split(pool, mode, rows, n_tokens, shape, y, &tile);
             ACT_BUF.with(|b| b.set(xq));
         }
         Path::Generic => {
@@ -333,7 +334,8 @@ fn run_path(
                     }
                 }
             };
-            split(pool, mode, rows, n_tokens, cols * 4, w.row_bytes, y, &tile);
+            let shape = Shape { act_row_bytes: cols * 4, w_row_bytes: w.row_bytes, tile_tokens: 0 };
+            split(pool, mode, rows, n_tokens, shape, y, &tile);
         }
     }
     Ok(())
@@ -373,20 +375,22 @@ fn quantize_acts(pool: &Pool, quantize: fn(&[f32], &mut [u8]), x: &[f32], cols: 
 /// `out[t * out_stride + r]`.
 type TileClosure<'a> = dyn Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync + 'a;
 
+/// What [`split`] sizes tiles by.
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Bytes of one token's activation row.
+    act_row_bytes: usize,
+    /// Bytes of one weight row.
+    w_row_bytes: usize,
+    /// The kernel's [`Kernel::tile_tokens`].
+    tile_tokens: usize,
+}
+
 /// Runs `tile(r0, nr, t0, nt, out, out_stride)` over the whole `rows × n_tokens` output,
 /// split across the pool: by row blocks for few tokens and always in [`Mode::Rowwise`],
 /// else by token blocks.
-#[allow(clippy::too_many_arguments)]
-fn split(
-    pool: &Pool,
-    mode: Mode,
-    rows: usize,
-    n_tokens: usize,
-    act_row_bytes: usize,
-    w_row_bytes: usize,
-    y: &mut [f32],
-    tile: &TileClosure<'_>,
-) {
+fn split(pool: &Pool, mode: Mode, rows: usize, n_tokens: usize, shape: Shape, y: &mut [f32], tile: &TileClosure<'_>) {
+    let Shape { act_row_bytes, w_row_bytes, tile_tokens } = shape;
     let nth = pool.n_threads();
     // Row blocks, all tokens per block: weights are read once.
     // A multiple of 16 rows, so 8-row kernels never fall back to their one-row tail and
@@ -408,6 +412,18 @@ fn split(
     }
     if n_tokens < TOKEN_SPLIT_FROM {
         return split_rows(pool, rows, n_tokens, rb, y, tile);
+    }
+    if tile_tokens > 0 {
+        // The kernel's shape: all rows, up to `tile_tokens` tokens per tile, whole
+        // 16-token groups, at least one tile per thread where there are tokens for it.
+        let tb = n_tokens.div_ceil(nth).next_multiple_of(16).clamp(16, tile_tokens.next_multiple_of(16));
+        let chunks: Vec<Mutex<&mut [f32]>> = y.chunks_mut(tb * rows).map(Mutex::new).collect();
+        pool.for_each(chunks.len(), &|i| {
+            let mut out = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
+            let nt = out.len() / rows;
+            tile(0, rows, i * tb, nt, &mut out, rows);
+        });
+        return;
     }
     // Token blocks, all rows per block: a weight row is decoded once per token block and
     // the block's activations stay in cache.

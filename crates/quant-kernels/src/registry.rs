@@ -95,12 +95,29 @@ pub struct Kernel {
     /// (a plug-in that outranks the built-ins, say) gets GGUF's rows, never another
     /// kernel's layout or activations.
     pub repack: Option<Repack>,
+    /// Tokens per tile the [`Kernel::tile`] wants in prompt batches (0: [`crate::matmul`]'s
+    /// default shape). Such a tile gets all rows of the matrix and up to this many tokens
+    /// (a multiple of 16, balanced over the pool's threads): the kernel decodes each
+    /// weight band once per tile and transposes the tile's activations once. Its results
+    /// must not depend on how the tokens are split into tiles (the split depends on the
+    /// thread count).
+    pub tile_tokens: usize,
 }
 
 impl Kernel {
     /// A kernel for `type_id` on `backend`, always available, no tile, no layout.
     pub const fn new(type_id: u32, backend: &'static str, priority: i32, vec_dot_type: u32, vec_dot: VecDotFn) -> Self {
-        Kernel { type_id, backend, priority, available: always, vec_dot_type, vec_dot, tile: None, repack: None }
+        Kernel {
+            type_id,
+            backend,
+            priority,
+            available: always,
+            vec_dot_type,
+            vec_dot,
+            tile: None,
+            repack: None,
+            tile_tokens: 0,
+        }
     }
     /// With a CPU-feature check.
     pub const fn with_available(self, available: fn() -> bool) -> Self {
@@ -109,6 +126,10 @@ impl Kernel {
     /// With a many-rows × many-tokens kernel.
     pub const fn with_tile(self, tile: TileFn) -> Self {
         Kernel { tile: Some(tile), ..self }
+    }
+    /// With a preferred tile shape for prompt batches (see [`Kernel::tile_tokens`]).
+    pub const fn with_tile_tokens(self, tile_tokens: usize) -> Self {
+        Kernel { tile_tokens, ..self }
     }
     /// With a load-time layout.
     pub const fn with_repack(self, repack: Repack) -> Self {

@@ -1224,6 +1224,10 @@ const TILED_FROM: usize = 8;
 /// Tokens of a tile from which the K tiles run [`super::k16`]'s 16-token engine.
 const K16_FROM: usize = 8;
 
+/// Tokens per tile the K tiles ask [`crate::matmul`] for ([`crate::registry::Kernel::tile_tokens`]):
+/// four 16-token groups per decoded weight band.
+pub const K_TILE_TOKENS: usize = 64;
+
 /// llama.cpp repacks q2_K (AVX-512) and q4_K (AVX2) weights whose row count is a
 /// multiple of 8; only the others reach its tiled kernels.
 fn unless_repacked(rows: usize) -> bool {
