@@ -281,3 +281,52 @@ fn vec_dots_agree_with_the_vnni_one_token_kernels() {
         }
     }
 }
+
+/// The AVX-512 VNNI q2_K tile on weights llama.cpp repacks there (rows a multiple of 8):
+/// the one-token gemv and the 4-token gemm arithmetic (`scalar::ktiled`'s `Repack` twin)
+/// for every token count, through the one-token, the few-token and the 16-token paths.
+#[test]
+fn vnni_q2_k_on_repacked_rows_is_bit_identical_to_its_twin() {
+    let Some(k) = kernels_of(Q2_K).iter().find(|k| k.backend == "avx512vnni" && (k.available)()).copied() else {
+        eprintln!("skipped: no AVX-512 VNNI here");
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(82);
+    let mut compared = 0usize;
+    for (nb, rows) in [(1usize, 8usize), (2, 16), (3, 13), (1, 40)] {
+        let cols = nb * 256;
+        let w = weights(&mut rng, Q2_K, rows, cols);
+        let wrow = nb * 84;
+        for nt in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 19, 33, 64] {
+            let (_, xq, xrow) = acts(&mut rng, nt, cols);
+            let batched = if nt == 1 { 0 } else { nt - nt % 4 };
+            let ys = rows + 2;
+            let tl = Tile {
+                n: cols,
+                w: &w,
+                w_stride: wrow,
+                rows,
+                x: &xq,
+                x_stride: xrow,
+                tokens: nt,
+                batched,
+                total_tokens: nt,
+                total_rows: 576,
+                expert: false,
+            };
+            let mut got = vec![f32::NAN; nt * ys];
+            (k.tile.unwrap())(&tl, &mut got, ys);
+            for t in 0..nt {
+                for r in 0..rows {
+                    let want =
+                        s::k_dot_path(Q2_K, Path::Repack, t < batched, &w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
+                    let g = got[t * ys + r];
+                    assert_eq!(g.to_bits(), want.to_bits(), "cols {cols} tokens {nt} y[{t}][{r}]: {g:e} vs {want:e}");
+                    compared += 1;
+                }
+                assert!(got[t * ys + rows..(t + 1) * ys].iter().all(|v| v.is_nan()), "padding written");
+            }
+        }
+    }
+    assert!(compared > 5_000, "{compared}");
+}

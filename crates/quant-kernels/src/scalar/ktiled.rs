@@ -9,7 +9,10 @@
 //! - q4_K repacked 8×8 (`ggml_gemv_q4_K_8x8_q8_K`, rows a multiple of 8): per block
 //!   `acc = fma(f32(s1), d·d_x, acc)`, `acc_min = fma(f32(s2), dmin·d_x, acc_min)`, the
 //!   result `acc − acc_min`; its 4-token gemm (`ggml_gemm_q4_K_8x8_q8_K`, the first
-//!   `n − n % 4` tokens) does the same per 64-element pair of sub-blocks.
+//!   `n − n % 4` tokens) does the same per 64-element pair of sub-blocks;
+//! - q2_K repacked 8×8 (an AVX-512 build: `ggml_gemv/gemm_q2_K_8x8_q8_K`, rows a multiple
+//!   of 8; the twin of `arch/x86_64/vnni.rs`'s q2_K tile, [`k_path`] being the AVX2
+//!   build's): as q4_K's, the gemm per 128-element half.
 //!
 //! The integer sums are exact on every path (ggml's `maddubs` pairs cannot saturate for
 //! these quants), so only the float steps above decide the bits.
@@ -206,8 +209,10 @@ pub fn k_dot_path(type_id: u32, path: Path, batched: bool, w: &[u8], x: &[u8]) -
                 acc = r.mul_add(dx, acc);
             }
             Path::Repack if batched => {
-                for sb in 0..4 {
-                    let (is, im) = s(4 * sb..4 * sb + 4);
+                // 16-element groups per fma step: q4_K 4 (a pair of sub-blocks), q2_K 8.
+                let step = if type_id == Q2_K { 8 } else { 4 };
+                for sb in 0..16 / step {
+                    let (is, im) = s(step * sb..step * (sb + 1));
                     acc = (is as f32).mul_add(k.d * dx, acc);
                     acc_m = (im as f32).mul_add(k.dmin * dx, acc_m);
                 }

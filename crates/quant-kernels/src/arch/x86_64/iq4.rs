@@ -29,6 +29,7 @@
 use core::arch::x86_64::*;
 
 use super::has_avx2;
+use super::k16;
 use super::tiles::{
     check_tile, dot_via_tile, f16_at, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8, load256, row_offsets, store_n,
 };
@@ -44,6 +45,8 @@ use ggml_quants::types::iq_tables::{KVALUES_FP4, KVALUES_IQ4NL};
 trait Mac {
     /// Backend name.
     const NAME: &'static str;
+    /// Whether the tiled IQ4_XS path runs [`super::k16`]'s 16-token engine.
+    const WIDE: bool;
     /// Whether codes are biased (`kvalue + 128`) and each dot starts at the activations'
     /// offset `−128·Σx` ([`prep`] computes them).
     const OFFSETS: bool;
@@ -159,6 +162,7 @@ struct Vnni;
 
 impl Mac for Vnni {
     const NAME: &'static str = "avx512vnni";
+    const WIDE: bool = true;
     const OFFSETS: bool = true;
     fn available() -> bool {
         has_vnni()
@@ -194,6 +198,7 @@ struct Avx2;
 
 impl Mac for Avx2 {
     const NAME: &'static str = "avx2";
+    const WIDE: bool = false;
     const OFFSETS: bool = false;
     fn available() -> bool {
         has_avx2()
@@ -698,11 +703,55 @@ fn b32_tile<M: Mac, const MX: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize
 
 /// An IQ4_XS tile on ISA `M` along [`s::iq4_xs_path`].
 fn xs_tile<M: Mac>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    xs_run::<M>(t, y, y_stride, true)
+}
+
+/// Tokens of a tile from which the tiled IQ4_XS path runs the 16-token engine.
+const WIDE_FROM: usize = 8;
+
+/// IQ4_XS as [`super::k16`]'s engine decodes it: codes `kvalue + 128` (the VNNI
+/// [`Mac::lut`]) in element order, the eight 6-bit scales, `fp16(d)`.
+struct XsWide;
+
+impl k16::Biased for XsWide {
+    const BYTES: usize = IQ4_XS_BYTES;
+    const SUB: usize = 32;
+
+    #[inline(always)]
+    unsafe fn decode(b: *const u8, codes: *mut u8, sc: &mut [i32; 16]) -> f32 {
+        let lut = Vnni::lut(&KVALUES_IQ4NL);
+        let ls = s::iq4_xs_scales(core::slice::from_raw_parts(b, 8));
+        for (sb, &l) in ls.iter().enumerate() {
+            _mm256_storeu_si256(codes.add(32 * sb) as *mut __m256i, Vnni::decode32(b.add(8 + 16 * sb), lut));
+            sc[sb] = l;
+        }
+        f16_at(b)
+    }
+}
+
+/// The VNNI IQ4_XS tile with or without the 16-token engine ([`xs_run`]).
+#[cfg(test)]
+pub(super) fn xs_run_vnni(t: &Tile<'_>, y: &mut [f32], y_stride: usize, wide: bool) {
+    xs_run::<Vnni>(t, y, y_stride, wide)
+}
+
+/// [`xs_tile`], with or without the 16-token engine for the tiled path (the tests
+/// compare the two).
+fn xs_run<M: Mac>(t: &Tile<'_>, y: &mut [f32], y_stride: usize, wide: bool) {
     let nb = check_tile(t, y, y_stride, M::available(), M::NAME, 256, IQ4_XS_BYTES, Q8_K_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     let tiled = s::iq4_xs_path(t) == Path::Tiled;
+    if tiled && wide && M::WIDE && t.tokens >= WIDE_FROM {
+        let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
+        // SAFETY: `check_tile` verified the bounds of every weight row, activation row and
+        // output, and the CPU's features; `M::WIDE` only on AVX-512 VNNI.
+        unsafe {
+            k16::run::<k16::Bias128<XsWide>>(w, t.w_stride, t.rows, nb, x, t.x_stride, t.tokens, true, yp, y_stride)
+        };
+        return;
+    }
     // SAFETY: as in `b32_tile`: bounds and features checked by `check_tile`.
     with_prep(|p| unsafe { run::<M>(Job::Xs { tiled }, t, y.as_mut_ptr(), y_stride, nb, p) });
 }
@@ -939,6 +988,7 @@ macro_rules! iq4_kernels {
                     Kernel::new(<Iq4Xs as GgmlType>::ID, <$m as Mac>::NAME, $priority, <Q8K as GgmlType>::ID, iq4_xs_q8_k)
                         .with_available(<$m as Mac>::available)
                         .with_tile(iq4_xs_tile)
+                        .with_tile_tokens(if <$m as Mac>::WIDE { crate::arch::x86_64::vnni::K_TILE_TOKENS } else { 0 })
                 }
             }
         }

@@ -1,27 +1,32 @@
-//! The 16-token engine of the AVX-512 VNNI K-quant tiles (q2_K … q6_K × Q8_K) for prompt
-//! batches: ggml-cpu's tiled layout (`ggml-cpu/tiled`, `tiled_run_micro_vnni_8x16`), one
-//! `vpdpbusd` lane per token.
+//! The 16-token engine of the AVX-512 VNNI tiles of ggml-cpu's tiled formats (q2_K …
+//! q6_K, IQ4_XS and the IQ2/IQ3 lattice types × Q8_K) for prompt batches: ggml-cpu's
+//! tiled layout (`ggml-cpu/tiled`, `tiled_run_micro_vnni_8x16`), one `vpdpbusd` lane per
+//! token.
 //!
 //! The tile's activations are transposed once per call into groups of 16 tokens
 //! (`xq[kg]`: four consecutive quants of each of the 16 tokens, one 512-bit vector per
 //! 4-element column group `kg`), with their block sums and scales; the weights are decoded
-//! once per band of 8 rows into unsigned codes (the decoders of [`super::vnni`]) and i32
-//! sub-block scales. The microkernel broadcasts four code bytes of a row and multiplies
-//! them into the 16 tokens' quants: 8 rows × 16 tokens per pass, 64 multiply-adds per
-//! instruction, where the one-token-at-a-time kernels of `vnni.rs` spend a `vpmulld` and a
-//! horizontal sum per sub-block and token.
+//! once per band of 8 rows into unsigned codes and i32 sub-block scales (a [`Format`]: the
+//! K decoders of [`super::vnni`], or a [`Biased`] decoder of `iq4.rs` / `lattice_vnni.rs`).
+//! The microkernel broadcasts four code bytes of a row and multiplies them into the 16
+//! tokens' quants: 8 rows × 16 tokens per pass, 64 multiply-adds per instruction, where
+//! the one-token-at-a-time kernels spend a `vpmulld` and a horizontal sum per sub-block
+//! and token.
 //!
 //! The integer sums are exact, so each output has the bits of the arithmetic it mirrors
-//! whatever the summation order of its integers; the float steps are those of `vnni.rs`
-//! (`k_tile!`), one lane per token:
-//! - **tiled** (ggml-cpu's tiled kernels: q3_K, q5_K, q6_K, and q2_K/q4_K weights llama.cpp
-//!   does not repack): per block `r = f32(Σ scale·(raw − bias·bsum))·d`, then
-//!   `r = fnmadd(dmin, f32(Σ min·bsum), r)` and `acc = fma(r, dx, acc)`;
-//! - **batched q4_K** (llama.cpp's repacked `gemm_q4_K_8x8_q8_K`): per block and pair of
-//!   sub-blocks `acc = fma(f32(sc₀·raw₀ + sc₁·raw₁), d·dx, acc)` and
-//!   `accm = fma(f32(mn₀·bs₀ + mn₁·bs₁), dmin·dx, accm)`, `acc − accm` last.
+//! whatever the summation order of its integers; the float steps are those of the kernels
+//! it stands in for, one lane per token:
+//! - **tiled** (ggml-cpu's tiled kernels: q3_K, q5_K, q6_K, IQ4_XS, the lattice types, and
+//!   q2_K/q4_K weights llama.cpp does not repack): per block
+//!   `r = f32(Σ scale·(raw − bias·bsum))·d`, then `r = fnmadd(dmin, f32(Σ min·bsum), r)`
+//!   (formats with mins) and `acc = fma(r, dx, acc)`;
+//! - **batched** (llama.cpp's repacked `gemm_q4_K_8x8_q8_K` / `gemm_q2_K_8x8_q8_K`): per
+//!   block and step of 64 (q4_K: two sub-blocks) or 128 elements (q2_K: eight)
+//!   `acc = fma(f32(Σ sc·raw), d·dx, acc)` and `accm = fma(f32(Σ mn·bs), dmin·dx, accm)`,
+//!   `acc − accm` last.
 //!
-//! `vnni.rs`'s kernels are the oracle of the tests here: every output bit for bit.
+//! The one-token kernels (`vnni.rs`'s `k_tile!`, `iq4.rs`'s `xs_tiled8`, `lattice_vnni.rs`'s
+//! `tiled_rows`) are the oracle of the tests here: every output bit for bit.
 
 use core::arch::x86_64::*;
 
@@ -71,9 +76,14 @@ thread_local! {
     static SCRATCH: std::cell::Cell<K16> = std::cell::Cell::new(K16::default());
 }
 
+/// The arithmetic of [`Biased`] formats with one scale per 16 elements.
+pub(super) const MODE_B16: u8 = 16;
+/// The arithmetic of [`Biased`] formats with one scale per 32 elements.
+pub(super) const MODE_B32: u8 = 32;
+
 /// Elements per sub-block of a mode.
 const fn sub_block(mode: u8) -> usize {
-    if mode == MODE_Q4 || mode == MODE_Q5 {
+    if mode == MODE_Q4 || mode == MODE_Q5 || mode == MODE_B32 {
         32
     } else {
         16
@@ -85,6 +95,7 @@ const fn bias(mode: u8) -> i32 {
     match mode {
         MODE_Q6 => 32,
         MODE_Q3 => 4,
+        MODE_B16 | MODE_B32 => 128,
         _ => 0,
     }
 }
@@ -101,6 +112,89 @@ pub(super) const fn block_bytes(mode: u8) -> usize {
         MODE_Q4 => 144,
         MODE_Q5 => 176,
         _ => 210,
+    }
+}
+
+/// A weight format the engine runs: its arithmetic ([`Format::MODE`]: a K type's, or
+/// [`MODE_B16`]/[`MODE_B32`]) and a block decoder.
+pub(super) trait Format {
+    /// The arithmetic: one of `vnni.rs`'s `MODE_*`, [`MODE_B16`] or [`MODE_B32`].
+    const MODE: u8;
+    /// Bytes per 256-element block.
+    const BYTES: usize;
+    /// Decodes the block at `b` into slot `rb` (`row·nb + block`) of `p`'s band.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI present; the block readable; `p`'s band buffers sized by
+    /// [`decode_band`].
+    unsafe fn store(b: *const u8, p: &mut K16, rb: usize);
+}
+
+/// A K type (`MODE` one of `vnni.rs`'s `MODE_*`), decoded by [`super::vnni`]'s decoders.
+pub(super) struct KQuant<const MODE: u8>;
+
+impl<const MODE: u8> Format for KQuant<MODE> {
+    const MODE: u8 = MODE;
+    const BYTES: usize = block_bytes(MODE);
+
+    #[inline(always)]
+    unsafe fn store(b: *const u8, p: &mut K16, rb: usize) {
+        let kb = decode::<MODE>(b);
+        let q = p.wq.as_mut_ptr().add(rb * 256);
+        for (k, v) in kb.q.iter().enumerate() {
+            _mm256_storeu_si256(q.add(32 * k) as *mut __m256i, *v);
+        }
+        let sc = &mut p.sc[rb * 16..rb * 16 + 16];
+        for (k, v) in kb.sv.iter().enumerate() {
+            let mut l = [0i32; 8];
+            _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, *v);
+            if sub_block(MODE) == 32 {
+                sc[k] = l[0];
+            } else {
+                sc[2 * k] = l[0];
+                sc[2 * k + 1] = l[4];
+            }
+        }
+        _mm256_storeu_si256(p.scp.as_mut_ptr().add(rb * 8) as *mut __m256i, kb.sc16);
+        _mm256_storeu_si256(p.mnp.as_mut_ptr().add(rb * 8) as *mut __m256i, kb.mn16);
+        p.d[rb] = kb.d;
+        p.dmin[rb] = kb.dmin;
+    }
+}
+
+/// A format of ggml-cpu's tiled matmul with `BIAS = 128` (IQ4_XS, the IQ2/IQ3 lattice
+/// types): signed weights stored as `w + 128`, one scale per [`Biased::SUB`] elements,
+/// no mins.
+pub(super) trait Biased {
+    /// Bytes per 256-element block.
+    const BYTES: usize;
+    /// Elements per scale: 16 or 32.
+    const SUB: usize;
+    /// Writes the block's 256 codes `w + 128` (element order) to `codes` and its scales
+    /// to `sc[0..256 / SUB]`; returns the tiled path's f32 weight scale.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI present; the block readable, 256 bytes writable at `codes`.
+    unsafe fn decode(b: *const u8, codes: *mut u8, sc: &mut [i32; 16]) -> f32;
+}
+
+/// The [`Format`] of a [`Biased`] decoder.
+pub(super) struct Bias128<D>(core::marker::PhantomData<D>);
+
+impl<D: Biased> Format for Bias128<D> {
+    const MODE: u8 = if D::SUB == 32 { MODE_B32 } else { MODE_B16 };
+    const BYTES: usize = D::BYTES;
+
+    #[inline(always)]
+    unsafe fn store(b: *const u8, p: &mut K16, rb: usize) {
+        let mut sc = [0i32; 16];
+        p.d[rb] = D::decode(b, p.wq.as_mut_ptr().add(rb * 256), &mut sc);
+        p.sc[rb * 16..rb * 16 + 16].copy_from_slice(&sc);
+        for q in 0..8 {
+            // The scales of 16-element groups 2q, 2q+1, for the bias correction.
+            let (lo, hi) = if D::SUB == 16 { (sc[2 * q], sc[2 * q + 1]) } else { (sc[q], sc[q]) };
+            p.scp[rb * 8 + q] = (lo as u16 as u32) | ((hi as u16 as u32) << 16);
+        }
     }
 }
 
@@ -166,8 +260,7 @@ unsafe fn prep(x: *const u8, x_stride: usize, t0: usize, nt: usize, nb: usize, p
 
 /// Decodes rows `r0..r0+nr` (`nr ≤ 8`; the band's other rows are zero) into `p`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn decode_band<const MODE: u8>(w: *const u8, w_stride: usize, r0: usize, nr: usize, nb: usize, p: &mut K16) {
-    let wb = block_bytes(MODE);
+unsafe fn decode_band<F: Format>(w: *const u8, w_stride: usize, r0: usize, nr: usize, nb: usize, p: &mut K16) {
     p.wq.clear();
     p.wq.resize(R * nb * 256, 0);
     p.sc.clear();
@@ -183,27 +276,7 @@ unsafe fn decode_band<const MODE: u8>(w: *const u8, w_stride: usize, r0: usize, 
     for r in 0..nr {
         let row = w.add((r0 + r) * w_stride);
         for b in 0..nb {
-            let kb = decode::<MODE>(row.add(b * wb));
-            let rb = r * nb + b;
-            let q = p.wq.as_mut_ptr().add(rb * 256);
-            for (k, v) in kb.q.iter().enumerate() {
-                _mm256_storeu_si256(q.add(32 * k) as *mut __m256i, *v);
-            }
-            let sc = &mut p.sc[rb * 16..rb * 16 + 16];
-            for (k, v) in kb.sv.iter().enumerate() {
-                let mut l = [0i32; 8];
-                _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, *v);
-                if sub_block(MODE) == 32 {
-                    sc[k] = l[0];
-                } else {
-                    sc[2 * k] = l[0];
-                    sc[2 * k + 1] = l[4];
-                }
-            }
-            _mm256_storeu_si256(p.scp.as_mut_ptr().add(rb * 8) as *mut __m256i, kb.sc16);
-            _mm256_storeu_si256(p.mnp.as_mut_ptr().add(rb * 8) as *mut __m256i, kb.mn16);
-            p.d[rb] = kb.d;
-            p.dmin[rb] = kb.dmin;
+            F::store(row.add(b * F::BYTES), p, r * nb + b);
         }
     }
 }
@@ -211,8 +284,9 @@ unsafe fn decode_band<const MODE: u8>(w: *const u8, w_stride: usize, r0: usize, 
 /// The 8 × 16 outputs of the band in `p` against token group `g`, ggml's tiled
 /// arithmetic (see the module comment).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn micro_tiled<const MODE: u8>(p: &K16, nb: usize, g: usize) -> [__m512; R] {
-    let sub = sub_block(MODE);
+unsafe fn micro_tiled<F: Format>(p: &K16, nb: usize, g: usize) -> [__m512; R] {
+    let mode = F::MODE;
+    let sub = sub_block(mode);
     let (nsub, ngk) = (256 / sub, sub / 4);
     let rs = nb * 256;
     let wq = p.wq.as_ptr();
@@ -240,19 +314,19 @@ unsafe fn micro_tiled<const MODE: u8>(p: &K16, nb: usize, g: usize) -> [__m512; 
         for r in 0..R {
             let rb = r * nb + b;
             let mut v = s1[r];
-            if bias(MODE) != 0 {
+            if bias(mode) != 0 {
                 // Σ scale·bsum over the 16-element groups, exact.
                 let mut corr = _mm512_setzero_si512();
                 for q in 0..8 {
                     let sp = _mm512_set1_epi32(*p.scp.get_unchecked(rb * 8 + q) as i32);
                     corr = _mm512_dpwssd_epi32(corr, sp, *p.bp16.get_unchecked(gb * 8 + q));
                 }
-                v = _mm512_sub_epi32(v, _mm512_mullo_epi32(corr, _mm512_set1_epi32(bias(MODE))));
+                v = _mm512_sub_epi32(v, _mm512_mullo_epi32(corr, _mm512_set1_epi32(bias(mode))));
             }
             let mut f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(*p.d.get_unchecked(rb)));
-            if has_min(MODE) {
+            if has_min(mode) {
                 let mut s2 = _mm512_setzero_si512();
-                if MODE == MODE_Q2 {
+                if mode == MODE_Q2 {
                     for q in 0..8 {
                         let mp = _mm512_set1_epi32(*p.mnp.get_unchecked(rb * 8 + q) as i32);
                         s2 = _mm512_dpwssd_epi32(s2, mp, *p.bp16.get_unchecked(gb * 8 + q));
@@ -271,10 +345,17 @@ unsafe fn micro_tiled<const MODE: u8>(p: &K16, nb: usize, g: usize) -> [__m512; 
     facc
 }
 
-/// The 8 × 16 outputs of the band in `p` (q4_K) against token group `g`, llama.cpp's
-/// repacked q4_K arithmetic (see the module comment).
+/// The 8 × 16 outputs of the band in `p` (q4_K or q2_K) against token group `g`,
+/// llama.cpp's repacked 4-token gemm arithmetic (see the module comment): one fma per
+/// step of 64 (q4_K) or 128 (q2_K) elements for the scales and for the mins.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn micro_q4_batched(p: &K16, nb: usize, g: usize) -> [__m512; R] {
+unsafe fn micro_batched<F: Format>(p: &K16, nb: usize, g: usize) -> [__m512; R] {
+    let q2 = F::MODE == MODE_Q2;
+    let sub = sub_block(F::MODE);
+    // Sub-blocks per fma step.
+    let per_step = if q2 { 8 } else { 2 };
+    let steps = 256 / sub / per_step;
+    let ngk = sub / 4;
     let rs = nb * 256;
     let wq = p.wq.as_ptr();
     let mut facc = [_mm512_setzero_ps(); R];
@@ -282,11 +363,11 @@ unsafe fn micro_q4_batched(p: &K16, nb: usize, g: usize) -> [__m512; R] {
         let gb = g * nb + b;
         let xq = p.xq.as_ptr().add(gb * KG);
         let dx = *p.dx.get_unchecked(gb);
-        for pp in 0..4 {
+        for st in 0..steps {
             let mut is = [_mm512_setzero_si512(); R];
-            for s in 2 * pp..2 * pp + 2 {
+            for s in st * per_step..(st + 1) * per_step {
                 let mut a = [_mm512_setzero_si512(); R];
-                for kg in 8 * s..8 * s + 8 {
+                for kg in ngk * s..ngk * (s + 1) {
                     let c = *xq.add(kg);
                     for (r, a) in a.iter_mut().enumerate() {
                         let u = (wq.add(r * rs + b * 256 + 4 * kg) as *const i32).read_unaligned();
@@ -308,10 +389,20 @@ unsafe fn micro_q4_batched(p: &K16, nb: usize, g: usize) -> [__m512; R] {
         let mut accm = _mm512_setzero_ps();
         for b in 0..nb {
             let gb = g * nb + b;
-            let dm = _mm512_mul_ps(_mm512_set1_ps(*p.dmin.get_unchecked(r * nb + b)), *p.dx.get_unchecked(gb));
-            for q in 0..4 {
-                let mp = _mm512_set1_epi32(*p.mnp.get_unchecked((r * nb + b) * 8 + q) as i32);
-                let im = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp, *p.bp32.get_unchecked(gb * 4 + q));
+            let rb = r * nb + b;
+            let dm = _mm512_mul_ps(_mm512_set1_ps(*p.dmin.get_unchecked(rb)), *p.dx.get_unchecked(gb));
+            for st in 0..steps {
+                let mut im = _mm512_setzero_si512();
+                if q2 {
+                    // The mins of the half's 16-element groups, in pairs.
+                    for q in 4 * st..4 * st + 4 {
+                        let mp = _mm512_set1_epi32(*p.mnp.get_unchecked(rb * 8 + q) as i32);
+                        im = _mm512_dpwssd_epi32(im, mp, *p.bp16.get_unchecked(gb * 8 + q));
+                    }
+                } else {
+                    let mp = _mm512_set1_epi32(*p.mnp.get_unchecked(rb * 8 + st) as i32);
+                    im = _mm512_dpwssd_epi32(im, mp, *p.bp32.get_unchecked(gb * 4 + st));
+                }
                 accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), dm, accm);
             }
         }
@@ -321,14 +412,14 @@ unsafe fn micro_q4_batched(p: &K16, nb: usize, g: usize) -> [__m512; R] {
 }
 
 /// Rows `0..rows` (of `nb` blocks, `w_stride` bytes apart) × tile tokens `0..nt` into
-/// `y[t·y_stride + r]`: the tiled arithmetic, or for q4_K with `!tiled` the batched one.
+/// `y[t·y_stride + r]`: the tiled arithmetic, or for q4_K/q2_K with `!tiled` the batched one.
 ///
 /// # Safety
 /// The caller checked the tile (`check_tile`) for `nt` tokens and the CPU features
 /// ([`super::vnni::has_vnni`]).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn run<const MODE: u8>(
+pub(super) unsafe fn run<F: Format>(
     w: *const u8,
     w_stride: usize,
     rows: usize,
@@ -345,10 +436,10 @@ pub(super) unsafe fn run<const MODE: u8>(
     let ng = nt.div_ceil(G);
     for r0 in (0..rows).step_by(R) {
         let nr = (rows - r0).min(R);
-        decode_band::<MODE>(w, w_stride, r0, nr, nb, &mut p);
+        decode_band::<F>(w, w_stride, r0, nr, nb, &mut p);
         for g in 0..ng {
-            let acc =
-                if !tiled && MODE == MODE_Q4 { micro_q4_batched(&p, nb, g) } else { micro_tiled::<MODE>(&p, nb, g) };
+            let batched = !tiled && (F::MODE == MODE_Q4 || F::MODE == MODE_Q2);
+            let acc = if batched { micro_batched::<F>(&p, nb, g) } else { micro_tiled::<F>(&p, nb, g) };
             let mut out = [[0f32; G]; R];
             for (o, a) in out.iter_mut().zip(acc) {
                 _mm512_storeu_ps(o.as_mut_ptr(), a);
@@ -369,6 +460,9 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
+    use super::super::iq4::xs_run_vnni;
+    use super::super::lattice::{tile_run, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
+    use super::super::lattice_vnni::Vnni;
     use super::super::vnni::{has_vnni, q2_k_run, q3_k_run, q4_k_run, q5_k_run, q6_k_run};
     use crate::registry::Tile;
     use crate::scalar::act::{quantize_q8_k, Q8_K_BYTES};
@@ -393,9 +487,68 @@ mod tests {
         v
     }
 
+    /// Random tiles of `name` through `run` without (the oracle) and with the engine,
+    /// compared bit for bit; returns the outputs compared.
+    fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize) -> usize {
+        let traits = ggml_quants::lookup_name(name).unwrap();
+        let mut compared = 0usize;
+        for case in 0..cases {
+            let nb = [1, 2, 3, 8][case % 4];
+            let cols = nb * 256;
+            let rows = [8, 13, 24, 40, 7, 16][case % 6];
+            let tokens = [8, 16, 17, 33, 64, 9, 31][case % 7];
+            // Odd total rows make q2_K/q4_K tiled; even ones take q4_K's batched path.
+            let total_rows = if case % 2 == 0 { rows } else { rows * 8 + 1 };
+            let batched = if case % 3 == 0 { tokens - tokens % 4 } else { tokens };
+            let wf = data(rng, rows * cols, 1.0);
+            let imatrix: Vec<f32> = (0..cols).map(|_| rng.gen_range(0.5f32..2.0)).collect();
+            let w = traits.quantize_to_vec(&wf, cols, Some(&imatrix)).unwrap();
+            let mut x = vec![0u8; tokens * nb * Q8_K_BYTES];
+            for t in 0..tokens {
+                let xf = data(rng, cols, 3.0);
+                quantize_q8_k(&xf, &mut x[t * nb * Q8_K_BYTES..(t + 1) * nb * Q8_K_BYTES]);
+            }
+            let tile = Tile {
+                n: cols,
+                w: &w,
+                w_stride: w.len() / rows,
+                rows,
+                x: &x,
+                x_stride: nb * Q8_K_BYTES,
+                tokens,
+                batched,
+                total_tokens: tokens,
+                total_rows,
+                expert: false,
+            };
+            let ys = rows + 3;
+            let mut want = vec![f32::NAN; tokens * ys];
+            let mut got = vec![f32::NAN; tokens * ys];
+            run(&tile, &mut want, ys, false);
+            run(&tile, &mut got, ys, true);
+            for t in 0..tokens {
+                for r in 0..rows {
+                    let (a, b) = (want[t * ys + r], got[t * ys + r]);
+                    assert!(a.is_finite(), "{name}: oracle output not finite");
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{name} rows {rows}/{total_rows} cols {cols} tokens {tokens} batched {batched}: \
+                         row {r} token {t}: {a} vs {b}"
+                    );
+                    compared += 1;
+                }
+                for r in rows..ys {
+                    assert!(got[t * ys + r].is_nan(), "{name}: wrote outside the tile");
+                }
+            }
+        }
+        compared
+    }
+
     /// The 16-token engine against the kernels it mirrors (`k16: false`), bit for bit,
     /// over random matrices of every K type, ragged row bands and token groups, the
-    /// tiled and the batched q4_K arithmetic.
+    /// tiled and the batched q4_K/q2_K arithmetic.
     #[test]
     fn sixteen_token_engine_matches_the_one_token_kernels_bitwise() {
         if !has_vnni() {
@@ -405,60 +558,28 @@ mod tests {
         let types: [(&str, Run); 5] =
             [("q2_K", q2_k_run), ("q3_K", q3_k_run), ("q4_K", q4_k_run), ("q5_K", q5_k_run), ("q6_K", q6_k_run)];
         let mut rng = StdRng::seed_from_u64(16);
-        let mut compared = 0usize;
-        for (name, run) in types {
-            let traits = ggml_quants::lookup_name(name).unwrap();
-            for case in 0..24 {
-                let nb = [1, 2, 3, 8][case % 4];
-                let cols = nb * 256;
-                let rows = [8, 13, 24, 40, 7, 16][case % 6];
-                let tokens = [8, 16, 17, 33, 64, 9, 31][case % 7];
-                // Odd total rows make q2_K/q4_K tiled; even ones take q4_K's batched path.
-                let total_rows = if case % 2 == 0 { rows } else { rows * 8 + 1 };
-                let batched = if case % 3 == 0 { tokens - tokens % 4 } else { tokens };
-                let wf = data(&mut rng, rows * cols, 1.0);
-                let w = traits.quantize_to_vec(&wf, cols, None).unwrap();
-                let mut x = vec![0u8; tokens * nb * Q8_K_BYTES];
-                for t in 0..tokens {
-                    let xf = data(&mut rng, cols, 3.0);
-                    quantize_q8_k(&xf, &mut x[t * nb * Q8_K_BYTES..(t + 1) * nb * Q8_K_BYTES]);
-                }
-                let tile = Tile {
-                    n: cols,
-                    w: &w,
-                    w_stride: w.len() / rows,
-                    rows,
-                    x: &x,
-                    x_stride: nb * Q8_K_BYTES,
-                    tokens,
-                    batched,
-                    total_tokens: tokens,
-                    total_rows,
-                    expert: false,
-                };
-                let ys = rows + 3;
-                let mut want = vec![f32::NAN; tokens * ys];
-                let mut got = vec![f32::NAN; tokens * ys];
-                run(&tile, &mut want, ys, false);
-                run(&tile, &mut got, ys, true);
-                for t in 0..tokens {
-                    for r in 0..rows {
-                        let (a, b) = (want[t * ys + r], got[t * ys + r]);
-                        assert!(a.is_finite(), "{name}: oracle output not finite");
-                        assert_eq!(
-                            a.to_bits(),
-                            b.to_bits(),
-                            "{name} rows {rows}/{total_rows} cols {cols} tokens {tokens} batched {batched}: \
-                             row {r} token {t}: {a} vs {b}"
-                        );
-                        compared += 1;
-                    }
-                    for r in rows..ys {
-                        assert!(got[t * ys + r].is_nan(), "{name}: wrote outside the tile");
-                    }
-                }
-            }
+        let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, 24)).sum();
+        assert!(compared > 10_000, "{compared}");
+    }
+
+    /// The same for the `BIAS = 128` formats: IQ4_XS and the lattice types, against their
+    /// 8-row tiled kernels.
+    #[test]
+    fn sixteen_token_engine_matches_the_biased_tiled_kernels_bitwise() {
+        if !has_vnni() {
+            eprintln!("skipped: no AVX-512 VNNI here");
+            return;
         }
+        let types: [(&str, Run); 6] = [
+            ("iq4_xs", xs_run_vnni),
+            ("iq3_s", tile_run::<Vnni, Iq3S>),
+            ("iq2_xs", tile_run::<Vnni, Iq2Xs>),
+            ("iq2_xxs", tile_run::<Vnni, Iq2Xxs>),
+            ("iq3_xxs", tile_run::<Vnni, Iq3Xxs>),
+            ("iq2_s", tile_run::<Vnni, Iq2S>),
+        ];
+        let mut rng = StdRng::seed_from_u64(128);
+        let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, 14)).sum();
         assert!(compared > 10_000, "{compared}");
     }
 }

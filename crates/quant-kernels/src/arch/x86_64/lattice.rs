@@ -302,6 +302,12 @@ pub(super) trait Isa {
     /// # Safety
     /// As [`Isa::vec_rows`]; `pre`, when given, decoded from this tile.
     unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[Rows8]>);
+    /// The tiled path for the whole tile through a wide engine ([`super::k16`] on AVX-512
+    /// VNNI), when the ISA has one and the tile is wide enough; false: not taken.
+    ///
+    /// # Safety
+    /// As [`Isa::vec_rows`], for all `a.tokens` tokens.
+    unsafe fn wide_rows<L: Lattice>(a: &Args) -> bool;
 }
 
 /// Every 8-row group and block of the tile decoded: `out[(r0 / 8)·nb + b]`.
@@ -321,12 +327,23 @@ unsafe fn decode_all<I: Isa, L: Lattice>(a: &Args) -> Vec<Rows8> {
 
 /// The tile kernel of format `L` on ISA `I`, along [`s::path`].
 pub(super) fn tile_imp<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    tile_run::<I, L>(t, y, y_stride, true)
+}
+
+/// [`tile_imp`], with or without the ISA's wide engine ([`Isa::wide_rows`]) for tiled
+/// tiles (the tests compare the two).
+pub(super) fn tile_run<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride: usize, wide: bool) {
     let nb = check_tile(t, y, y_stride, I::available(), I::NAME, 256, L::BYTES, Q8_K_BYTES);
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
     let args = Args::new(t, nb, y, y_stride);
     let tiled = s::path(t) == Path::Tiled;
+    // SAFETY: `check_tile` verified the bounds of every weight row, activation row and
+    // output of the tile, and that the CPU has the ISA's features.
+    if tiled && wide && unsafe { I::wide_rows::<L>(&args) } {
+        return;
+    }
     let groups = t.rows.div_ceil(8) * nb;
     let raw = &t.w[..(t.rows - 1) * t.w_stride + nb * L::BYTES];
     let chunks = (0..t.tokens).step_by(TOK_CHUNK).map(|t0| (t0, (t.tokens - t0).min(TOK_CHUNK)));
@@ -363,7 +380,7 @@ pub(super) fn tile_imp<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride
 /// `decode_rows8` and `tiled_rows`), the tile and `vec_dot` functions of the five formats, and
 /// their registrations.
 macro_rules! lattice_kernels {
-    ($isa:ident, $name:literal, $tag:expr, $available:path, $priority:expr) => {
+    ($isa:ident, $name:literal, $tag:expr, $available:path, $priority:expr, $tile_tokens:expr) => {
         /// This ISA's inner loops of the lattice kernels.
         pub(super) struct $isa;
 
@@ -382,9 +399,12 @@ macro_rules! lattice_kernels {
             unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[Rows8]>) {
                 tiled_rows::<L>(a, t0, nt, pre)
             }
+            unsafe fn wide_rows<L: Lattice>(a: &Args) -> bool {
+                wide_rows::<L>(a)
+            }
         }
 
-        crate::arch::x86_64::lattice::lattice_kernels!(@formats $isa, $priority;
+        crate::arch::x86_64::lattice::lattice_kernels!(@formats $isa, $priority, $tile_tokens;
             Iq3S, iq3_s, iq3_s_tile, iq3_s_q8_k;
             Iq2Xs, iq2_xs, iq2_xs_tile, iq2_xs_q8_k;
             Iq2Xxs, iq2_xxs, iq2_xxs_tile, iq2_xxs_q8_k;
@@ -392,7 +412,7 @@ macro_rules! lattice_kernels {
             Iq2S, iq2_s, iq2_s_tile, iq2_s_q8_k;
         );
     };
-    (@formats $isa:ident, $priority:expr; $($fmt:ident, $module:ident, $tile:ident, $dot:ident;)*) => {$(
+    (@formats $isa:ident, $priority:expr, $tile_tokens:expr; $($fmt:ident, $module:ident, $tile:ident, $dot:ident;)*) => {$(
         #[doc = concat!("`", stringify!($module), "` × Q8_K tile along [`crate::scalar::lattice::path`].")]
         pub fn $tile(t: &crate::registry::Tile<'_>, y: &mut [f32], y_stride: usize) {
             crate::arch::x86_64::lattice::tile_imp::<$isa, crate::arch::x86_64::lattice::$fmt>(t, y, y_stride)
@@ -413,6 +433,7 @@ macro_rules! lattice_kernels {
             )
             .with_available(<$isa as crate::arch::x86_64::lattice::Isa>::available)
             .with_tile($tile)
+            .with_tile_tokens($tile_tokens)
         }
     )*};
 }

@@ -18,7 +18,7 @@ use super::lattice::{lattice_kernels, Args, Lattice, Rows8, TOK_CHUNK};
 use super::tiles::{f16_at, hsum_float_8, row_offsets, store_n, transpose8};
 use crate::scalar::act::Q8_K_BYTES;
 
-lattice_kernels!(Avx2, "avx2", 1, has_avx2, 10);
+lattice_kernels!(Avx2, "avx2", 1, has_avx2, 10, 0);
 
 /// The 32-bit sign mask as bytes: `0xFF` where bit `e` is set.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -210,4 +210,9 @@ unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[R
         }
         r0 += 8;
     }
+}
+
+/// No wide engine on AVX2: the tiled path runs [`tiled_rows`].
+unsafe fn wide_rows<L: Lattice>(_a: &Args) -> bool {
+    false
 }

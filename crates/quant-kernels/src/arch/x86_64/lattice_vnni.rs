@@ -19,12 +19,13 @@
 
 use core::arch::x86_64::*;
 
+use super::k16;
 use super::lattice::{lattice_kernels, Args, Lattice, Rows8, TOK_CHUNK};
 use super::tiles::{f16_at, hsum_float_8, row_offsets, store_n, transpose8};
 use super::vnni::has_vnni;
 use crate::scalar::act::Q8_K_BYTES;
 
-lattice_kernels!(Vnni, "avx512vnni", 2, has_vnni, 20);
+lattice_kernels!(Vnni, "avx512vnni", 2, has_vnni, 20, super::vnni::K_TILE_TOKENS);
 
 /// The `vec_dot` path: rows one by one against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -180,4 +181,45 @@ unsafe fn tiled_rows<L: Lattice>(a: &Args, t0: usize, nt: usize, pre: Option<&[R
         }
         r0 += 8;
     }
+}
+
+/// Tokens of a tile from which the tiled path runs [`super::k16`]'s 16-token engine.
+const WIDE_FROM: usize = 8;
+
+/// Format `L` as [`super::k16`]'s engine decodes it: the codes `w + 128` of
+/// [`decode_rows8`], in element order, and one scale per sub-block.
+struct Wide<L>(core::marker::PhantomData<L>);
+
+impl<L: Lattice> k16::Biased for Wide<L> {
+    const BYTES: usize = L::BYTES;
+    const SUB: usize = 256 / L::NSUB;
+
+    #[inline(always)]
+    unsafe fn decode(b: *const u8, codes: *mut u8, sc: &mut [i32; 16]) -> f32 {
+        let bias = _mm256_set1_epi8(-128);
+        for g in 0..8 {
+            let (grid, mask) = L::group(b, g);
+            let v = _mm256_mask_sub_epi8(_mm256_add_epi8(grid, bias), mask, bias, grid);
+            _mm256_storeu_si256(codes.add(32 * g) as *mut __m256i, v);
+            let (lo, hi) = L::scales(b, g);
+            if L::NSUB == 16 {
+                sc[2 * g] = lo;
+                sc[2 * g + 1] = hi;
+            } else {
+                sc[g] = lo;
+            }
+        }
+        f16_at(b) * L::TILED_MUL
+    }
+}
+
+/// The tiled path through the 16-token engine (same arithmetic as [`tiled_rows`], bit
+/// for bit), for tiles of [`WIDE_FROM`]+ tokens.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn wide_rows<L: Lattice>(a: &Args) -> bool {
+    if a.tokens < WIDE_FROM {
+        return false;
+    }
+    k16::run::<k16::Bias128<Wide<L>>>(a.w, a.w_stride, a.rows, a.nb, a.x, a.x_stride, a.tokens, true, a.y, a.y_stride);
+    true
 }

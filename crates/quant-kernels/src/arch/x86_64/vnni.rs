@@ -882,6 +882,7 @@ macro_rules! k_tile {
             x_stride: usize,
             batched: usize,
             tiled: bool,
+            rep: bool,
             t0: usize,
             y: *mut f32,
             y_stride: usize,
@@ -936,6 +937,33 @@ macro_rules! k_tile {
                                 r = (-kb.dmin).mul_add(s2 as f32, r);
                             }
                             summs[t] = r.mul_add(dx, summs[t]);
+                            continue;
+                        }
+                        if mode == MODE_Q2 && rep {
+                            // llama.cpp's repacked q2_K (AVX-512, `q2_K_8x8`): the 4-token
+                            // gemm takes one fma per 128-element half, the one-token gemv
+                            // one per block, for the scales and for the mins (lane j of
+                            // `prod`: groups 2j, 2j+1); the mins are subtracted last.
+                            let prod = _mm256_madd_epi16(kb.mn16, load256(xb.add(260)));
+                            let mut pm = [0i32; 8];
+                            _mm256_storeu_si256(pm.as_mut_ptr() as *mut __m256i, prod);
+                            let mut accm = _mm_cvtss_f32(acc_m[t]);
+                            let mut accs = summs[t];
+                            if t0 + t < batched {
+                                for h in 0..2 {
+                                    let lo = _mm256_add_epi32(sub[4 * h], sub[4 * h + 1]);
+                                    let hi = _mm256_add_epi32(sub[4 * h + 2], sub[4 * h + 3]);
+                                    let is = hsum_i32_8(_mm256_add_epi32(lo, hi));
+                                    accs = (is as f32).mul_add(kb.d * dx, accs);
+                                    let im: i32 = pm[4 * h..4 * h + 4].iter().sum();
+                                    accm = (im as f32).mul_add(kb.dmin * dx, accm);
+                                }
+                            } else {
+                                accs = (hsum_i32_8(sumi) as f32).mul_add(kb.d * dx, accs);
+                                accm = (pm.iter().sum::<i32>() as f32).mul_add(kb.dmin * dx, accm);
+                            }
+                            summs[t] = accs;
+                            acc_m[t] = _mm_set_ss(accm);
                             continue;
                         }
                         let dmin = -dx * kb.dmin;
@@ -994,7 +1022,7 @@ macro_rules! k_tile {
                     let mut v = hsum_float_8(acc[t]);
                     if tiled {
                         v = summs[t];
-                    } else if mode == MODE_Q4 {
+                    } else if mode == MODE_Q4 || (mode == MODE_Q2 && rep) {
                         v = summs[t] - _mm_cvtss_f32(acc_m[t]);
                     } else if mode == MODE_Q5 {
                         v += summs[t];
@@ -1147,7 +1175,10 @@ macro_rules! k_tile {
             let single: Option<crate::registry::VecDotFn> = $single;
             let tiled_if: fn(usize) -> bool = $tiled_if;
             let tiled = t.total_tokens >= TILED_FROM && tiled_if(t.total_rows);
-            if let (1, Some(f), false) = (t.tokens, single, tiled) {
+            // q2_K weights llama.cpp repacked (on AVX-512) take its repacked arithmetic
+            // outside the tiled path; q4_K's takes it whatever the rows.
+            let rep = $mode == MODE_Q2 && !tiled_if(t.total_rows);
+            if let (1, Some(f), false, false) = (t.tokens, single, tiled, rep) {
                 // One token: the AVX2 kernel's cheaper per-block decode wins.
                 return crate::matmul::tile_by_vec_dot(f, t, y, y_stride);
             }
@@ -1163,14 +1194,16 @@ macro_rules! k_tile {
                 let n16 = match (k16, tiled) {
                     (false, _) => 0,
                     (true, true) => t.tokens,
-                    (true, false) if mode == MODE_Q4 => t.batched,
+                    (true, false) if mode == MODE_Q4 || rep => t.batched,
                     _ => 0,
                 };
                 let n16 = if n16 >= K16_FROM { n16 } else { 0 };
                 if n16 > 0 {
-                    super::k16::run::<{ $mode }>(w, t.w_stride, t.rows, nb, x, t.x_stride, n16, tiled, yp, y_stride);
+                    super::k16::run::<super::k16::KQuant<{ $mode }>>(
+                        w, t.w_stride, t.rows, nb, x, t.x_stride, n16, tiled, yp, y_stride,
+                    );
                 }
-                let two = |t0: usize| !tiled && (mode != MODE_Q4 || t0 >= t.batched) && t.tokens - t0 >= 2;
+                let two = |t0: usize| !tiled && !rep && (mode != MODE_Q4 || t0 >= t.batched) && t.tokens - t0 >= 2;
                 let mut p = KPREP.with(|c| c.take());
                 if (n16..t.tokens).step_by(8).any(two) {
                     prep_k(mode, x, t.x_stride, t.tokens, nb, &mut p);
@@ -1193,14 +1226,14 @@ macro_rules! k_tile {
                     // Up to 8 tokens per decoded block; llama.cpp's repacked q4_K batches
                     // are 4 tokens, which `batched` tells the q4_K arithmetic per token.
                     match t.tokens - t0 {
-                        1 => $imp::<1>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        2 => $imp::<2>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        3 => $imp::<3>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        4 => $imp::<4>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        5 => $imp::<5>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        6 => $imp::<6>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        7 => $imp::<7>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
-                        _ => $imp::<8>(w, ws, r, nb, x, xs, bt, tiled, t0, yp, y_stride),
+                        1 => $imp::<1>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        2 => $imp::<2>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        3 => $imp::<3>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        4 => $imp::<4>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        5 => $imp::<5>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        6 => $imp::<6>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        7 => $imp::<7>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
+                        _ => $imp::<8>(w, ws, r, nb, x, xs, bt, tiled, rep, t0, yp, y_stride),
                     }
                     t0 += 8;
                 }
