@@ -281,6 +281,37 @@ unsafe fn decode_band<F: Format>(w: *const u8, w_stride: usize, r0: usize, nr: u
     }
 }
 
+/// `Σ scale·Σ code·x` over sub-blocks `subs` (`ngk` 4-element column groups each) of
+/// block `b`, for the band's 8 rows against the 16 tokens of `xq` (the group's block `b`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn scaled_sums(
+    p: &K16,
+    xq: *const __m512i,
+    nb: usize,
+    b: usize,
+    subs: core::ops::Range<usize>,
+    ngk: usize,
+) -> [__m512i; R] {
+    let (wq, rs) = (p.wq.as_ptr(), nb * 256);
+    let mut sum = [_mm512_setzero_si512(); R];
+    for s in subs {
+        let mut a = [_mm512_setzero_si512(); R];
+        for kg in ngk * s..ngk * (s + 1) {
+            let c = *xq.add(kg);
+            for (r, a) in a.iter_mut().enumerate() {
+                let u = (wq.add(r * rs + b * 256 + 4 * kg) as *const i32).read_unaligned();
+                *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(u), c);
+            }
+        }
+        for r in 0..R {
+            let sc = _mm512_set1_epi32(*p.sc.get_unchecked((r * nb + b) * 16 + s));
+            sum[r] = _mm512_add_epi32(sum[r], _mm512_mullo_epi32(a[r], sc));
+        }
+    }
+    sum
+}
+
 /// The 8 × 16 outputs of the band in `p` against token group `g`, ggml's tiled
 /// arithmetic (see the module comment).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -288,28 +319,11 @@ unsafe fn micro_tiled<F: Format>(p: &K16, nb: usize, g: usize) -> [__m512; R] {
     let mode = F::MODE;
     let sub = sub_block(mode);
     let (nsub, ngk) = (256 / sub, sub / 4);
-    let rs = nb * 256;
-    let wq = p.wq.as_ptr();
     let mut facc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         let gb = g * nb + b;
         let xq = p.xq.as_ptr().add(gb * KG);
-        let mut s1 = [_mm512_setzero_si512(); R];
-        for s in 0..nsub {
-            let mut a = [_mm512_setzero_si512(); R];
-            for j in 0..ngk {
-                let kg = s * ngk + j;
-                let c = *xq.add(kg);
-                for (r, a) in a.iter_mut().enumerate() {
-                    let u = (wq.add(r * rs + b * 256 + 4 * kg) as *const i32).read_unaligned();
-                    *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(u), c);
-                }
-            }
-            for r in 0..R {
-                let sc = _mm512_set1_epi32(*p.sc.get_unchecked((r * nb + b) * 16 + s));
-                s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(a[r], sc));
-            }
-        }
+        let s1 = scaled_sums(p, xq, nb, b, 0..nsub, ngk);
         let dx = *p.dx.get_unchecked(gb);
         for r in 0..R {
             let rb = r * nb + b;
@@ -356,29 +370,13 @@ unsafe fn micro_batched<F: Format>(p: &K16, nb: usize, g: usize) -> [__m512; R] 
     let per_step = if q2 { 8 } else { 2 };
     let steps = 256 / sub / per_step;
     let ngk = sub / 4;
-    let rs = nb * 256;
-    let wq = p.wq.as_ptr();
     let mut facc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         let gb = g * nb + b;
         let xq = p.xq.as_ptr().add(gb * KG);
         let dx = *p.dx.get_unchecked(gb);
         for st in 0..steps {
-            let mut is = [_mm512_setzero_si512(); R];
-            for s in st * per_step..(st + 1) * per_step {
-                let mut a = [_mm512_setzero_si512(); R];
-                for kg in ngk * s..ngk * (s + 1) {
-                    let c = *xq.add(kg);
-                    for (r, a) in a.iter_mut().enumerate() {
-                        let u = (wq.add(r * rs + b * 256 + 4 * kg) as *const i32).read_unaligned();
-                        *a = _mm512_dpbusd_epi32(*a, _mm512_set1_epi32(u), c);
-                    }
-                }
-                for r in 0..R {
-                    let sc = _mm512_set1_epi32(*p.sc.get_unchecked((r * nb + b) * 16 + s));
-                    is[r] = _mm512_add_epi32(is[r], _mm512_mullo_epi32(a[r], sc));
-                }
-            }
+            let is = scaled_sums(p, xq, nb, b, st * per_step..(st + 1) * per_step, ngk);
             for r in 0..R {
                 let ddx = _mm512_mul_ps(_mm512_set1_ps(*p.d.get_unchecked(r * nb + b)), dx);
                 facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r]), ddx, facc[r]);
