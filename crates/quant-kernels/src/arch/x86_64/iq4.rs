@@ -676,6 +676,8 @@ unsafe fn run<M: Mac>(job: Job, t: &Tile<'_>, y: *mut f32, y_stride: usize, nb: 
         Job::B32 { mx: true, .. } => by_tokens!(t, args, lut, b32_imp, true, P_VECDOT),
         Job::Xs { tiled: true } => by_rows8!(t, args, lut, xs_tiled8, []),
         Job::Xs { tiled: false } => by_tokens!(t, args, lut, xs_imp,),
+        // AVX-512 VNNI: two 8-row groups per 512-bit vector.
+        Job::B32x8 { mx } if M::WIDE => b32x8_wide(&args, lut, mx),
         Job::B32x8 { mx: false } => by_tokens8!(t, args, lut, b32x8_imp, false),
         Job::B32x8 { mx: true } => by_tokens8!(t, args, lut, b32x8_imp, true),
     }
@@ -845,6 +847,81 @@ unsafe fn b32x8_imp<M: Mac, const T: usize, const MX: bool>(a: &Args<'_>, lut: _
         for (t, acc) in acc.iter().enumerate() {
             _mm256_storeu_ps(a.y.add((t0 + t) * a.y_stride + 8 * g), *acc);
         }
+    }
+}
+
+/// Repacked groups against all the tile's tokens on AVX-512 VNNI, eight at a time
+/// ([`b32x8_imp16`]).
+///
+/// # Safety
+/// AVX-512 VNNI present; the tile's bounds as [`b32x8_tile`] checks them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn b32x8_wide(a: &Args<'_>, kv: &[i8; 16], mx: bool) {
+    let lut = Vnni::lut(kv);
+    macro_rules! arms {
+        ($t0:expr; $($n:literal)*) => {
+            match a.tokens - $t0 {
+                $($n => if mx { b32x8_imp16::<$n, true>(a, lut, $t0) } else { b32x8_imp16::<$n, false>(a, lut, $t0) },)*
+                _ => if mx { b32x8_imp16::<8, true>(a, lut, $t0) } else { b32x8_imp16::<8, false>(a, lut, $t0) },
+            }
+        };
+    }
+    for t0 in (0..a.tokens).step_by(8) {
+        arms!(t0; 1 2 3 4 5 6 7);
+    }
+}
+
+/// [`b32x8_imp`] on AVX-512 VNNI with two 8-row groups per 512-bit vector (group `2g` in
+/// the low half, `2g + 1` in the high one, so every lane runs the same operations in the
+/// same order: the same bits); an odd last group through [`b32x8_imp`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn b32x8_imp16<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i, t0: usize) {
+    let (wbytes, sb) = if MX { (MXFP4_BYTES, 1) } else { (IQ4_NL_BYTES, 2) };
+    let nb = a.nb;
+    let groups = a.rows / 8;
+    let m4 = _mm512_set1_epi8(0xF);
+    let lut16 = _mm512_broadcast_i64x4(lut);
+    let join = |lo: *const u8, hi: *const u8| {
+        let l = _mm512_castsi256_si512(_mm256_loadu_si256(lo as *const __m256i));
+        _mm512_inserti64x4::<1>(l, _mm256_loadu_si256(hi as *const __m256i))
+    };
+    for g in 0..groups / 2 {
+        let gw0 = a.w.add(2 * g * 8 * a.w_stride);
+        let gw1 = gw0.add(8 * a.w_stride);
+        let mut acc = [_mm512_setzero_ps(); T];
+        for b in 0..nb {
+            let (p0, p1) = (gw0.add(b * 8 * wbytes), gw1.add(b * 8 * wbytes));
+            let dw = if MX {
+                _mm512_insertf32x8::<1>(_mm512_castps256_ps512(e8m0_half_x8(p0)), e8m0_half_x8(p1))
+            } else {
+                let h = _mm256_castsi128_si256(_mm_loadu_si128(p0 as *const __m128i));
+                _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(h, _mm_loadu_si128(p1 as *const __m128i)))
+            };
+            let mut u = [_mm512_setzero_si512(); 8];
+            for k in 0..4 {
+                let v = join(p0.add(8 * sb + 32 * k), p1.add(8 * sb + 32 * k));
+                u[k] = _mm512_shuffle_epi8(lut16, _mm512_and_si512(v, m4));
+                u[k + 4] = _mm512_shuffle_epi8(lut16, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+            }
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let tt = t0 + t;
+                let xq = a.x.add(tt * a.x_stride + b * Q8_0_BYTES + 2) as *const i32;
+                let mut dot = _mm512_set1_epi32(tot::<Vnni>(a.p, tt * nb + b));
+                for (k, uk) in u.iter().enumerate() {
+                    dot = _mm512_dpbusd_epi32(dot, *uk, _mm512_set1_epi32(xq.add(k).read_unaligned()));
+                }
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(*a.p.d.get_unchecked(b * a.tokens + tt)));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), d, *acc);
+            }
+        }
+        for (t, acc) in acc.iter().enumerate() {
+            _mm512_storeu_ps(a.y.add((t0 + t) * a.y_stride + 16 * g), *acc);
+        }
+    }
+    if groups % 2 == 1 {
+        let last = groups - 1;
+        let rest = Args { w: a.w.add(last * 8 * a.w_stride), rows: 8, y: a.y.add(8 * last), ..*a };
+        b32x8_imp::<Vnni, T, MX>(&rest, lut, t0);
     }
 }
 
