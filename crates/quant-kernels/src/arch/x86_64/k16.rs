@@ -261,18 +261,17 @@ unsafe fn prep(x: *const u8, x_stride: usize, t0: usize, nt: usize, nb: usize, p
 /// Decodes rows `r0..r0+nr` (`nr ≤ 8`; the band's other rows are zero) into `p`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn decode_band<F: Format>(w: *const u8, w_stride: usize, r0: usize, nr: usize, nb: usize, p: &mut K16) {
-    p.wq.clear();
-    p.wq.resize(R * nb * 256, 0);
-    p.sc.clear();
-    p.sc.resize(R * nb * 16, 0);
-    p.scp.clear();
-    p.scp.resize(R * nb * 8, 0);
-    p.mnp.clear();
-    p.mnp.resize(R * nb * 8, 0);
-    p.d.clear();
-    p.d.resize(R * nb, 0.0);
-    p.dmin.clear();
-    p.dmin.resize(R * nb, 0.0);
+    // Rows `0..nr` are overwritten whole; only a short band's other rows are zeroed.
+    fn fit<T: Copy>(v: &mut Vec<T>, per_row: usize, nr: usize, zero: T) {
+        v.resize(R * per_row, zero);
+        v[nr * per_row..].fill(zero);
+    }
+    fit(&mut p.wq, nb * 256, nr, 0);
+    fit(&mut p.sc, nb * 16, nr, 0);
+    fit(&mut p.scp, nb * 8, nr, 0);
+    fit(&mut p.mnp, nb * 8, nr, 0);
+    fit(&mut p.d, nb, nr, 0.0);
+    fit(&mut p.dmin, nb, nr, 0.0);
     for r in 0..nr {
         let row = w.add((r0 + r) * w_stride);
         for b in 0..nb {
