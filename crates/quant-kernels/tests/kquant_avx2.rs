@@ -310,9 +310,7 @@ fn vnni_q2_k_on_repacked_rows_is_bit_identical_to_its_twin() {
                 x_stride: xrow,
                 tokens: nt,
                 batched,
-                total_tokens: nt,
-                total_rows: 576,
-                expert: false,
+                ..probe(576, nt)
             };
             let mut got = vec![f32::NAN; nt * ys];
             (k.tile.unwrap())(&tl, &mut got, ys);
