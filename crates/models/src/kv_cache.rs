@@ -154,6 +154,16 @@ impl CacheMatrix {
         }
     }
 
+    /// Rows `from..` as one f16 slice starting at element `off` of row `from` (row `j`
+    /// then starts at `(j - from)·width`), and the row width — when the cache holds f16.
+    /// The slice ends where the written rows end.
+    pub fn f16_rows_from(&self, from: usize, off: usize) -> Option<(&[f16], usize)> {
+        match &self.rows {
+            CacheRows::F16(v) => Some((v.get(from * self.width + off..).unwrap_or(&[]), self.width)),
+            _ => None,
+        }
+    }
+
     /// `len` f16 elements of row `pos` from `off`, when the cache holds f16.
     #[inline]
     pub fn f16_slice(&self, pos: usize, off: usize, len: usize) -> Option<&[f16]> {

@@ -71,7 +71,18 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
     sc::scale_f16(y, a)
 }
 
-pub use crate::scalar::ops::DotLayout;
+pub use crate::scalar::ops::{DotLayout, FlashF16};
+
+/// One chunk of ggml-cpu's F16 flash attention for the query heads sharing one KV head
+/// (K/V rows read once for all of them), bit-identical to ggml per head: see
+/// [`crate::scalar::ops::flash_f16_chunk`].
+pub fn flash_f16_chunk(c: &FlashF16<'_>, q16: &[f16], m: &mut [f32], s: &mut [f32], acc16: &mut [f16]) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::flash::flash_f16_chunk(c, q16, m, s, acc16);
+    }
+    sc::flash_f16_chunk(c, q16, m, s, acc16)
+}
 
 /// The [`DotLayout`] a native llama.cpp build on this CPU uses (an AVX2 build's when
 /// [`crate::cpu`]'s cap is below AVX-512).

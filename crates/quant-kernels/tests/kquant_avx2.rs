@@ -282,21 +282,28 @@ fn vec_dots_agree_with_the_vnni_one_token_kernels() {
     }
 }
 
-/// The AVX-512 VNNI q2_K tile on weights llama.cpp repacks there (rows a multiple of 8):
-/// the one-token gemv and the 4-token gemm arithmetic (`scalar::ktiled`'s `Repack` twin)
-/// for every token count, through the one-token, the few-token and the 16-token paths.
+/// The AVX-512 VNNI q2_K and q4_K tiles on weights llama.cpp repacks (rows a multiple of
+/// 8): the one-token gemv and the 4-token gemm arithmetic (`scalar::ktiled`'s `Repack`
+/// twin) for every token count, through the one-token (q4_K: four rows at a time, the
+/// rest one by one), the few-token and the 16-token paths.
 #[test]
-fn vnni_q2_k_on_repacked_rows_is_bit_identical_to_its_twin() {
-    let Some(k) = kernels_of(Q2_K).iter().find(|k| k.backend == "avx512vnni" && (k.available)()).copied() else {
+fn vnni_q2_k_and_q4_k_on_repacked_rows_are_bit_identical_to_their_twins() {
+    for (ty, wb) in [(Q2_K, 84), (Q4_K, 144)] {
+        vnni_repacked_is_bit_identical(ty, wb);
+    }
+}
+
+fn vnni_repacked_is_bit_identical(ty: u32, wb: usize) {
+    let Some(k) = kernels_of(ty).iter().find(|k| k.backend == "avx512vnni" && (k.available)()).copied() else {
         eprintln!("skipped: no AVX-512 VNNI here");
         return;
     };
     let mut rng = StdRng::seed_from_u64(82);
     let mut compared = 0usize;
-    for (nb, rows) in [(1usize, 8usize), (2, 16), (3, 13), (1, 40)] {
+    for (nb, rows) in [(1usize, 8usize), (2, 16), (3, 13), (1, 40), (8, 7), (4, 1)] {
         let cols = nb * 256;
-        let w = weights(&mut rng, Q2_K, rows, cols);
-        let wrow = nb * 84;
+        let w = weights(&mut rng, ty, rows, cols);
+        let wrow = nb * wb;
         for nt in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 19, 33, 64] {
             let (_, xq, xrow) = acts(&mut rng, nt, cols);
             let batched = if nt == 1 { 0 } else { nt - nt % 4 };
@@ -317,9 +324,13 @@ fn vnni_q2_k_on_repacked_rows_is_bit_identical_to_its_twin() {
             for t in 0..nt {
                 for r in 0..rows {
                     let want =
-                        s::k_dot_path(Q2_K, Path::Repack, t < batched, &w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
+                        s::k_dot_path(ty, Path::Repack, t < batched, &w[r * wrow..][..wrow], &xq[t * xrow..][..xrow]);
                     let g = got[t * ys + r];
-                    assert_eq!(g.to_bits(), want.to_bits(), "cols {cols} tokens {nt} y[{t}][{r}]: {g:e} vs {want:e}");
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "type {ty} cols {cols} tokens {nt} y[{t}][{r}]: {g:e} vs {want:e}"
+                    );
                     compared += 1;
                 }
                 assert!(got[t * ys + rows..(t + 1) * ys].iter().all(|v| v.is_nan()), "padding written");

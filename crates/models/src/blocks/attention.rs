@@ -500,7 +500,6 @@ pub fn attend_softcap(
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
     let f16_kv = |s: &SeqView<'_>| s.k.cache_type() == CacheType::F16 && s.v.cache_type() == CacheType::F16;
-    let nth = pool.n_threads();
     let outs: Vec<Mutex<&mut [f32]>> = o.chunks_mut(hv).map(Mutex::new).collect();
     let mut rest: Vec<SeqView<'_>> = Vec::new();
     for s in seqs {
@@ -525,6 +524,11 @@ pub fn attend_softcap(
             rest.push(*s);
         }
     }
+    let (rest_f16, rest): (Vec<SeqView<'_>>, Vec<SeqView<'_>>) = rest.into_iter().partition(|s| f16_kv(s));
+    if !rest_f16.is_empty() {
+        let geo = RowsGeometry { heads, scale, cap, window };
+        attend_f16_rows(pool, &geo, &rest_f16, q, &outs);
+    }
     if rest.is_empty() {
         return;
     }
@@ -538,12 +542,10 @@ pub fn attend_softcap(
     pool.for_each(total, &|i| {
         let j = starts.partition_point(|&s| s <= i) - 1;
         let s = &rest[j];
-        let (r0, n, p0) = (s.row0, s.n, s.pos0);
+        let (r0, p0) = (s.row0, s.pos0);
         let local = i - starts[j];
         let (t, head) = (local / nh, local % nh);
         let (kc, vc) = (s.k, s.v);
-        let f16_path = f16_kv(s);
-        let n_ctx = kc.n_rows();
         SCRATCH.with(|cell| {
             let mut guard = cell.borrow_mut();
             let sc = &mut *guard;
@@ -557,15 +559,143 @@ pub fn attend_softcap(
             let src = &q[(r * nh + head) * hk..(r * nh + head + 1) * hk];
             let mut out = outs[r * nh + head].lock().unwrap_or_else(|e| e.into_inner());
             let view = HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos };
-            if f16_path {
-                let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
-                let chunk = if n == 1 && n_kv >= 512 { n_kv.div_ceil(nth) } else { n_kv };
-                attend_f16(&view, src, chunk, sc, &mut out);
-            } else {
-                attend_one_chunk(&view, src, sc, &mut out);
+            attend_one_chunk(&view, src, sc, &mut out);
+        })
+    });
+}
+
+/// The settings every row of an [`attend_f16_rows`] pass shares.
+struct RowsGeometry {
+    heads: Heads,
+    scale: f32,
+    /// Score soft-cap (0: off); `scale` is already divided by it.
+    cap: f32,
+    window: Option<usize>,
+}
+
+/// How ggml-cpu splits one row's keys on its F16 path: `n_kv` is the cache padded to 256
+/// cells past `pos`; a one-row pass over ≥ 512 cells splits them into one chunk per thread
+/// (each chunk's softmax combined afterwards), any other row is one chunk.
+fn f16_chunk(n_ctx: usize, pos: usize, n_rows: usize, nth: usize) -> usize {
+    let n_kv = n_ctx.min(256usize.max((pos + 1).div_ceil(256) * 256));
+    if n_rows == 1 && n_kv >= 512 {
+        n_kv.div_ceil(nth)
+    } else {
+        n_kv
+    }
+}
+
+/// Rows over F16 caches on ggml-cpu's `flash_attn_ext_f16_one_chunk` path (fewer than 64
+/// rows: decode and short batches), one task per (row, KV head, chunk of keys): the query
+/// heads sharing a KV head walk its keys together ([`ops::flash_f16_chunk`]), each head's
+/// arithmetic in ggml's order. A one-chunk row is finished in its task; a split row's
+/// chunks are combined afterwards in chunk order, as ggml reduces them.
+fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry, seqs: &[SeqView<'_>], q: &[f32], outs: &[Mutex<&mut [f32]>]) {
+    let RowsGeometry { heads, scale, cap, window } = *geo;
+    let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
+    let group = nh / nkv;
+    let (nth, layout) = (pool.n_threads(), ops::native_dot_layout());
+    // per sequence: chunk length, chunk slots per row, first task; split rows' partial
+    // results (per task: each head's m, s and hv accumulators) go to `parts`
+    let mut plans = Vec::with_capacity(seqs.len());
+    let mut total = 0;
+    for s in seqs {
+        let chunk = f16_chunk(s.k.n_rows(), s.pos0, s.n, nth);
+        let slots = if s.n == 1 { s.pos0 / chunk + 1 } else { 1 };
+        plans.push((total, chunk, slots));
+        total += s.n * nkv * slots;
+    }
+    let part_len = group * (hv + 2);
+    let parts: Vec<Mutex<Vec<f32>>> = (0..total).map(|_| Mutex::new(Vec::new())).collect();
+    pool.for_each(total, &|i| {
+        let j = plans.partition_point(|p| p.0 <= i) - 1;
+        let (s, (t0, chunk, slots)) = (&seqs[j], plans[j]);
+        let local = i - t0;
+        let (t, kvh, c) = (local / (nkv * slots), local / slots % nkv, local % slots);
+        let pos = s.pos0 + t;
+        let chunk = if s.n == 1 { chunk } else { f16_chunk(s.k.n_rows(), pos, s.n, nth) };
+        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let (a, b) = ((c * chunk).max(lo), (c * chunk + chunk - 1).min(pos));
+        let r = s.row0 + t;
+        let h0 = r * nh + kvh * group;
+        SCRATCH.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let sc = &mut *guard;
+            sc.q16.clear();
+            sc.q16.extend(q[h0 * hk..(h0 + group) * hk].iter().map(|&x| f16::from_f32(x)));
+            sc.m.clear();
+            sc.m.resize(group, f32::NEG_INFINITY);
+            sc.s.clear();
+            sc.s.resize(group, 0.0);
+            sc.acc16.clear();
+            sc.acc16.resize(group * hv, f16::ZERO);
+            if a <= b {
+                let n = b - a + 1;
+                let (Some((k, k_stride)), Some((v, v_stride))) =
+                    (s.k.f16_rows_from(a, kvh * hk), s.v.f16_rows_from(a, kvh * hv))
+                else {
+                    return;
+                };
+                let c = ops::FlashF16 { k, v, k_stride, v_stride, n, hk, hv, scale, cap, layout };
+                if c.keys() < n {
+                    return; // a cell never written: the rows read 0, as a missing cell did before
+                }
+                ops::flash_f16_chunk(&c, &sc.q16, &mut sc.m, &mut sc.s, &mut sc.acc16);
+            }
+            if chunk > pos {
+                // one chunk: the plain path divides directly
+                for h in 0..group {
+                    let inv = if sc.s[h] == 0.0 { 0.0 } else { 1.0 / sc.s[h] };
+                    let mut out = outs[h0 + h].lock().unwrap_or_else(|e| e.into_inner());
+                    for (o, v) in out.iter_mut().zip(&sc.acc16[h * hv..(h + 1) * hv]) {
+                        *o = v.to_f32() * inv;
+                    }
+                }
+                return;
+            }
+            let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+            part.clear();
+            part.reserve(part_len);
+            for h in 0..group {
+                part.push(sc.m[h]);
+                part.push(sc.s[h]);
+                part.extend(sc.acc16[h * hv..(h + 1) * hv].iter().map(|v| v.to_f32()));
             }
         })
     });
+    // split rows: each head's chunks combined in order (ggml's reduction of its chunks)
+    for (s, &(t0, chunk, slots)) in seqs.iter().zip(&plans) {
+        if s.n != 1 || chunk > s.pos0 {
+            continue;
+        }
+        for head in 0..nh {
+            let (kvh, h) = (head / group, head % group);
+            let mut out = outs[s.row0 * nh + head].lock().unwrap_or_else(|e| e.into_inner());
+            out.fill(0.0);
+            let (mut m_fin, mut s_fin) = (f32::NEG_INFINITY, 0.0f32);
+            for c in 0..slots {
+                let part = parts[t0 + kvh * slots + c].lock().unwrap_or_else(|e| e.into_inner());
+                let Some(p) = part.get(h * (hv + 2)..(h + 1) * (hv + 2)) else {
+                    continue; // a chunk with no cells (or a missing one)
+                };
+                let (m, sum) = (p[0], p[1]);
+                if sum == 0.0 {
+                    continue;
+                }
+                let m_new = m_fin.max(m);
+                let (so, sn) = ((m_fin - m_new).exp(), (m - m_new).exp());
+                for (o, v) in out.iter_mut().zip(&p[2..]) {
+                    *o = o.mul_add(so, v * sn); // contracted as in ggml-cpu
+                }
+                s_fin = s_fin.mul_add(so, sum * sn);
+                m_fin = m_new;
+            }
+            let inv = if s_fin == 0.0 { 0.0 } else { 1.0 / s_fin };
+            for o in out.iter_mut() {
+                *o *= inv;
+            }
+        }
+    }
 }
 
 /// Per-thread attention scratch.
@@ -575,7 +705,8 @@ struct Scratch {
     tmp: Vec<f32>,
     q16: Vec<f16>,
     acc16: Vec<f16>,
-    acc: Vec<f32>,
+    m: Vec<f32>,
+    s: Vec<f32>,
 }
 
 /// One query head's view of a layer's cache: which KV head, widths, the score scale, and
@@ -955,72 +1086,6 @@ fn attend_tiled(
         for (o, v) in out.iter_mut().zip(&acc[i * hv..(i + 1) * hv]) {
             *o = v * inv;
         }
-    }
-}
-
-/// One query head as ggml's `flash_attn_ext_f16_one_chunk` computes it over each chunk of
-/// `chunk` KV cells (q rounded to f16, online softmax, V accumulated in f16), chunks merged
-/// as `ggml_flash_attn_ext_reduce_partials`.
-fn attend_f16(h: &HeadView<'_>, q: &[f32], chunk: usize, sc: &mut Scratch, out: &mut [f32]) {
-    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos } = *h;
-    let layout = ops::native_dot_layout();
-    sc.q16.clear();
-    sc.q16.extend(q.iter().map(|&x| f16::from_f32(x)));
-    sc.acc16.resize(hv, f16::ZERO);
-    sc.acc.resize(hv, 0.0);
-    let (mut m_fin, mut s_fin) = (f32::NEG_INFINITY, 0.0f32);
-    out.fill(0.0);
-    let mut c0 = 0;
-    while c0 <= pos {
-        let (a, b) = (c0.max(lo), (c0 + chunk - 1).min(pos));
-        c0 += chunk;
-        if a > b {
-            continue;
-        }
-        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-        sc.acc16.fill(f16::ZERO);
-        for j in a..=b {
-            let (Some(kr), Some(vr)) = (kc.f16_slice(j, kvh * hk, hk), vc.f16_slice(j, kvh * hv, hv)) else {
-                return;
-            };
-            let x = capped(ops::dot_f16_ggml(kr, &sc.q16, layout) * scale, cap);
-            let (mut ms, mut vs) = (1.0f32, 1.0f32);
-            if x > m {
-                let old = m;
-                m = x;
-                ms = (old - m).exp();
-                ops::scale_f16(&mut sc.acc16, ms);
-            } else {
-                vs = (x - m).exp();
-            }
-            ops::mad_f16(&mut sc.acc16, vs, vr);
-            s = s.mul_add(ms, vs); // ggml-cpu is built with FP contraction: `S*ms + vs` is one FMA
-        }
-        for (d, v) in sc.acc.iter_mut().zip(&sc.acc16) {
-            *d = v.to_f32();
-        }
-        if chunk > pos {
-            // one chunk: the plain path divides directly
-            let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-            for (o, v) in out.iter_mut().zip(&sc.acc) {
-                *o = v * inv;
-            }
-            return;
-        }
-        if s == 0.0 {
-            continue;
-        }
-        let m_new = m_fin.max(m);
-        let (so, sn) = ((m_fin - m_new).exp(), (m - m_new).exp());
-        for (o, v) in out.iter_mut().zip(&sc.acc) {
-            *o = o.mul_add(so, v * sn); // contracted as in ggml-cpu
-        }
-        s_fin = s_fin.mul_add(so, s * sn);
-        m_fin = m_new;
-    }
-    let inv = if s_fin == 0.0 { 0.0 } else { 1.0 / s_fin };
-    for o in out.iter_mut() {
-        *o *= inv;
     }
 }
 

@@ -270,3 +270,81 @@ pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usiz
         }
     }
 }
+
+/// One KV head's keys and values for [`flash_f16_chunk`]: row `j` of K is
+/// `k[j·k_stride..][..hk]`, of V `v[j·v_stride..][..hv]`; scores are `k·q·scale`, soft-capped
+/// to `cap·tanh(·)` when `cap ≠ 0` (the scale already divided by it).
+#[derive(Debug, Clone, Copy)]
+pub struct FlashF16<'a> {
+    /// K rows from the chunk's first key, at the head's offset.
+    pub k: &'a [f16],
+    /// V rows likewise.
+    pub v: &'a [f16],
+    /// Elements between consecutive K rows.
+    pub k_stride: usize,
+    /// Elements between consecutive V rows.
+    pub v_stride: usize,
+    /// Keys in the chunk (clipped to the rows `k` and `v` hold).
+    pub n: usize,
+    /// Head widths.
+    pub hk: usize,
+    /// V head width.
+    pub hv: usize,
+    /// Score scale.
+    pub scale: f32,
+    /// Soft-cap (0: off).
+    pub cap: f32,
+    /// The dot product's lane layout ([`DotLayout`]).
+    pub layout: DotLayout,
+}
+
+impl FlashF16<'_> {
+    /// Keys both K and V hold rows for, at most `n`.
+    pub fn keys(&self) -> usize {
+        let rows = |len: usize, stride: usize, w: usize| {
+            if len < w {
+                0
+            } else {
+                (len - w).checked_div(stride).map_or(usize::MAX, |r| r + 1)
+            }
+        };
+        self.n.min(rows(self.k.len(), self.k_stride, self.hk)).min(rows(self.v.len(), self.v_stride, self.hv))
+    }
+
+    /// Query heads of `q16` (`hk` each) that `m`, `s` and `acc16` (`hv` each) all have
+    /// room for.
+    pub fn heads(&self, q16: &[f16], m: &[f32], s: &[f32], acc16: &[f16]) -> usize {
+        m.len().min(s.len()).min(q16.len() / self.hk.max(1)).min(acc16.len() / self.hv.max(1))
+    }
+}
+
+/// One chunk of ggml-cpu's `flash_attn_ext_f16_one_chunk` (F16 K and V) for the query
+/// heads that share one KV head, each head's operations in ggml's order: per key the score
+/// `ggml_vec_dot_f16(k, q)·scale` (soft-capped), the online softmax — a new maximum
+/// rescales the f16 accumulator (`ggml_vec_scale_f16` by `e^(M_old−M)`), else the weight
+/// is `e^(s−M)` — then `ggml_vec_mad_f16` of the V row and `S = S·ms + vs` fused.
+/// `m`, `s` and `acc16` carry each head's running maximum, sum and accumulator in and out
+/// (start them at −∞, 0, 0).
+pub fn flash_f16_chunk(c: &FlashF16<'_>, q16: &[f16], m: &mut [f32], s: &mut [f32], acc16: &mut [f16]) {
+    let (n, g) = (c.keys(), c.heads(q16, m, s, acc16));
+    let (hk, hv) = (c.hk, c.hv);
+    for j in 0..n {
+        let (kr, vr) = (&c.k[j * c.k_stride..][..hk], &c.v[j * c.v_stride..][..hv]);
+        for h in 0..g {
+            let raw = dot_f16_ggml(kr, &q16[h * hk..][..hk], c.layout) * c.scale;
+            let x = if c.cap != 0.0 { c.cap * raw.tanh() } else { raw };
+            let acc = &mut acc16[h * hv..][..hv];
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if x > m[h] {
+                let old = m[h];
+                m[h] = x;
+                ms = (old - x).exp();
+                scale_f16(acc, ms);
+            } else {
+                vs = (x - m[h]).exp();
+            }
+            mad_f16(acc, vs, vr);
+            s[h] = s[h].mul_add(ms, vs); // ggml-cpu is built with FP contraction: one FMA
+        }
+    }
+}

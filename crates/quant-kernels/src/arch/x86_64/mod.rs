@@ -1,13 +1,14 @@
 //! x86_64 kernels: AVX2 + FMA + F16C (`avx2.rs`, `ops.rs`, `lattice_avx2.rs`, the K-quant
 //! tiles of `kquant_avx2.rs`, the q4_1/q5_0/q5_1/q8_0 tiles of `legacy_avx2.rs`), AVX-512 VNNI
 //! (`vnni.rs`, `float512.rs`, `lattice_vnni.rs`, `q4_0x8.rs`), both ISAs from one body
-//! (`iq4.rs`, `ternary.rs`), AVX2 kernels that AVX-512 CPUs run too (`iq1.rs`,
+//! (`iq4.rs`, `ternary.rs`, the F16 flash-attention chunk of `flash.rs`), AVX2 kernels that AVX-512 CPUs run too (`iq1.rs`,
 //! `small_avx2.rs`), what their tile kernels share (`tiles.rs`) and the lattice
 //! formats and driver of both ISAs (`lattice.rs`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
 pub mod avx2;
+pub mod flash;
 pub mod float256;
 pub mod float512;
 pub mod iq1;
@@ -20,6 +21,7 @@ pub mod lattice_vnni;
 pub mod legacy_avx2;
 pub mod ops;
 pub mod q4_0x8;
+mod q4_k_one;
 pub mod small_avx2;
 pub mod ternary;
 mod tiles;

@@ -197,7 +197,8 @@ pub fn mad_f16(y: &mut [f16], a: f32, x: &[f16]) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mad_f16_imp(y: *mut f16, a: f32, x: *const f16, n: usize) {
+#[inline]
+pub(super) unsafe fn mad_f16_imp(y: *mut f16, a: f32, x: *const f16, n: usize) {
     let va = _mm256_set1_ps(a);
     let mut i = 0;
     while i + 8 <= n {
@@ -221,7 +222,8 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scale_f16_imp(y: *mut f16, a: f32, n: usize) {
+#[inline]
+pub(super) unsafe fn scale_f16_imp(y: *mut f16, a: f32, n: usize) {
     let va = _mm256_set1_ps(a);
     let mut i = 0;
     while i + 8 <= n {
@@ -300,7 +302,8 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
 /// of 64) elements, reduced in registers in [`sc::DotLayout::reduce`]'s order:
 /// `x0 = acc0 + acc2`, `x1 = acc1 + acc3`, `x0 + x1`, then `_mm512_reduce_add_ps`'s halves.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f16_reduce512_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
+#[inline]
+pub(super) unsafe fn dot_f16_reduce512_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
     let mut v = [_mm256_setzero_ps(); 8];
     let mut i = 0;
     while i < np {
@@ -323,7 +326,8 @@ unsafe fn dot_f16_reduce512_imp(a: *const f16, b: *const f16, np: usize) -> f32 
 /// multiple of 32) elements, reduced in registers in [`sc::DotLayout::reduce`]'s order:
 /// `(acc0 + acc2) + (acc1 + acc3)`, `t[i] = x[i] + x[4 + i]`, `(t0 + t1) + (t2 + t3)`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f16_reduce256_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
+#[inline]
+pub(super) unsafe fn dot_f16_reduce256_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
     let mut v = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i < np {

@@ -1223,6 +1223,15 @@ macro_rules! k_tile {
                         t0 += 8;
                         continue;
                     }
+                    if mode == MODE_Q4 && !tiled && t.tokens - t0 == 1 && t0 >= bt {
+                        // one q4_K token: four rows at a time, the same arithmetic
+                        let done = super::q4_k_one::q4_k_one(w, ws, r, nb, x.add(t0 * xs), yp.add(t0 * y_stride));
+                        if done < r {
+                            let (w, yp) = (w.add(done * ws), yp.add(done));
+                            $imp::<1>(w, ws, r - done, nb, x, xs, bt, tiled, rep, t0, yp, y_stride);
+                        }
+                        break;
+                    }
                     // Up to 8 tokens per decoded block; llama.cpp's repacked q4_K batches
                     // are 4 tokens, which `batched` tells the q4_K arithmetic per token.
                     match t.tokens - t0 {

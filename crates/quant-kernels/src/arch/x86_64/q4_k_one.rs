@@ -1,0 +1,118 @@
+//! q4_K × one Q8_K token on AVX-512 VNNI, four weight rows at a time, in the arithmetic of
+//! llama.cpp's repacked `q4_K_8x8` gemv: per block and row the exact integer sums
+//! `is = Σ scale·q·x` and `im = Σ min·bsum`, then `acc = fma(is, d·dx, acc)` and
+//! `accm = fma(im, dmin·dx, accm)`, the result `acc − accm` — the same float operations
+//! per row as the one-token path of `vnni::q4_k_imp`, so the same bits. The integer sums
+//! are computed in wider vectors (two sub-blocks per 512-bit register, `vpmaddubsw` pairs
+//! — q ≤ 15, so they cannot saturate — times the sub-block scales by `vpdpwssd`) and the
+//! four rows reduced together.
+
+use core::arch::x86_64::*;
+
+use crate::scalar::act::Q8_K_BYTES;
+
+/// Bytes of a q4_K block.
+const WB: usize = 144;
+
+/// Weight bytes ahead to prefetch per row.
+const PREFETCH: usize = 1024;
+
+/// The 8 scales and 8 mins of a q4_K block's 12 scale bytes (`get_scale_min_k4`), as
+/// ggml-cpu unpacks them with 32-bit masks: bytes 0–7 scales, 8–15 mins.
+#[inline(always)]
+fn scales_mins(b: &[u8; 12]) -> [u32; 4] {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    let u = [
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+    ];
+    [u[0] & K1, (u[2] & K2) | (((u[0] >> 6) & K3) << 4), u[1] & K1, ((u[2] >> 4) & K2) | (((u[1] >> 6) & K3) << 4)]
+}
+
+/// `rows` q4_K rows (`nb` blocks each, `w_stride` bytes apart) · one Q8_K row `x`,
+/// results to `y[r]`. Rows past the last multiple of 4 go to `rest`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `rows` rows of `nb` blocks at `w`, `nb` Q8_K blocks at `x`,
+/// `rows` floats at `y`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn q4_k_one(
+    w: *const u8,
+    w_stride: usize,
+    rows: usize,
+    nb: usize,
+    x: *const u8,
+    y: *mut f32,
+) -> usize {
+    let m4 = _mm512_set1_epi8(0xF);
+    // zmm k holds sub-blocks (a, b) = (0,2), (1,3), (4,6), (5,7): lanes 0–15 of the i16
+    // scale vector are scale a, 16–31 scale b
+    let idx = |a: i16, b: i16| {
+        _mm512_set_epi16(b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a)
+    };
+    let sidx = [idx(0, 2), idx(1, 3), idx(4, 6), idx(5, 7)];
+    let r4 = rows - rows % 4;
+    let mut r = 0;
+    while r < r4 {
+        let mut acc = _mm_setzero_ps();
+        let mut accm = _mm_setzero_ps();
+        for b in 0..nb {
+            let xb = x.add(b * Q8_K_BYTES);
+            let dx = (xb as *const f32).read_unaligned();
+            let ld = |o: usize| _mm256_loadu_si256(xb.add(4 + o) as *const __m256i);
+            let cat = |lo: __m256i, hi: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            let xs = [cat(ld(0), ld(64)), cat(ld(32), ld(96)), cat(ld(128), ld(192)), cat(ld(160), ld(224))];
+            // bsums of 32 elements: (b[2j] + b[2j+1]) as 8 i16
+            let bs = _mm256_loadu_si256(xb.add(4 + 256) as *const __m256i);
+            let bp = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
+            let mut is = [_mm512_setzero_si512(); 4];
+            let mut im = [_mm_setzero_si128(); 4];
+            let mut d = [0u32; 4];
+            for (i, (is, im)) in is.iter_mut().zip(im.iter_mut()).enumerate() {
+                let wb = w.add((r + i) * w_stride + b * WB);
+                _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH + 64) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH + 128) as *const i8);
+                d[i] = (wb as *const u32).read_unaligned();
+                let sm = scales_mins(&*(wb.add(4) as *const [u8; 12]));
+                let s8 = _mm_set_epi32(0, 0, sm[1] as i32, sm[0] as i32);
+                let m8 = _mm_set_epi32(0, 0, sm[3] as i32, sm[2] as i32);
+                let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(s8));
+                *im = _mm_madd_epi16(_mm_cvtepu8_epi16(m8), bp);
+                let z0 = _mm512_loadu_si512(wb.add(16) as *const __m512i);
+                let z1 = _mm512_loadu_si512(wb.add(80) as *const __m512i);
+                let q = [
+                    _mm512_and_si512(z0, m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(z0), m4),
+                    _mm512_and_si512(z1, m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(z1), m4),
+                ];
+                for k in 0..4 {
+                    let p = _mm512_maddubs_epi16(q[k], xs[k]);
+                    *is = _mm512_dpwssd_epi32(*is, p, _mm512_permutexvar_epi16(sidx[k], s16));
+                }
+            }
+            // the four rows' sums side by side: [is0, is1, is2, is3] and [im0, …, im3]
+            let t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(is[0], is[1]), _mm512_unpackhi_epi32(is[0], is[1]));
+            let t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(is[2], is[3]), _mm512_unpackhi_epi32(is[2], is[3]));
+            let u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+            let h = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64::<1>(u));
+            let is4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let im4 = _mm_hadd_epi32(_mm_hadd_epi32(im[0], im[1]), _mm_hadd_epi32(im[2], im[3]));
+            // d (low half) and dmin (high half) of the four rows
+            let dd = _mm_set_epi32(d[3] as i32, d[2] as i32, d[1] as i32, d[0] as i32);
+            let z = _mm_setzero_si128();
+            let dv = _mm_cvtph_ps(_mm_packus_epi32(_mm_and_si128(dd, _mm_set1_epi32(0xffff)), z));
+            let mv = _mm_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32::<16>(dd), z));
+            let vdx = _mm_set1_ps(dx);
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(is4), _mm_mul_ps(dv, vdx), acc);
+            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(im4), _mm_mul_ps(mv, vdx), accm);
+        }
+        _mm_storeu_ps(y.add(r), _mm_sub_ps(acc, accm));
+        r += 4;
+    }
+    r4
+}
