@@ -510,12 +510,15 @@ pub fn attend_softcap(
             let (kc, vc) = (s.k, s.v);
             let (qs, os) = (&q[r0 * nh * hk..(r0 + n) * nh * hk], &outs[r0 * nh..(r0 + n) * nh]);
             let n_qt = n.div_ceil(TILE);
-            pool.for_each(nh * n_qt, &|i| {
-                let (head, qt) = (i % nh, i / nh);
+            // F16: the heads of a KV head share each converted K/V tile, when that still
+            // leaves every thread a few tasks
+            let per = if f16 && nkv * n_qt >= 4 * pool.n_threads() { group } else { 1 };
+            pool.for_each(nh / per * n_qt, &|i| {
+                let (head, qt) = (i % (nh / per) * per, i / (nh / per));
                 let rows = qt * TILE..(qt * TILE + TILE).min(n);
                 let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0 };
                 if f16 {
-                    attend_tiled(kc, vc, &geo, rows, qs, os);
+                    attend_tiled(kc, vc, &geo, per, rows, qs, os);
                 } else {
                     attend_one_chunk_tiled(kc, vc, &geo, rows, qs, os);
                 }
@@ -988,14 +991,16 @@ const TILE: usize = 64;
 /// ([`attend_one_chunk_tiled`]; same bits, fewer V dequantizations).
 const ONE_CHUNK_TILED: usize = 8;
 
-/// Query rows `rows` of one head as ggml's tiled flash attention (`flash_attn_ext_tiled`,
-/// batches of 64+ rows) computes them: KV tiles of 64 converted to f32 once, K·q and P·V as
-/// FMA chains (`simd_gemm`), per-row online softmax per tile with ggml's polynomial exp,
-/// sums in f64 per 16-lane (or 8-lane) chunk.
+/// Query rows `rows` of heads `head..head + n_heads` (heads of one KV head) as ggml's tiled
+/// flash attention (`flash_attn_ext_tiled`, batches of 64+ rows) computes them: KV tiles of
+/// 64 converted to f32 once for all the heads, K·q and P·V as FMA chains (`simd_gemm`),
+/// per-row online softmax per tile with ggml's polynomial exp, sums in f64 per 16-lane (or
+/// 8-lane) chunk. Each head's arithmetic is ggml's, so the grouping does not change a bit.
 fn attend_tiled(
     kc: &CacheMatrix,
     vc: &CacheMatrix,
     g: &TileGeometry,
+    n_heads: usize,
     rows: std::ops::Range<usize>,
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
@@ -1006,15 +1011,19 @@ fn attend_tiled(
     let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
     let pos_of = |i: usize| p0 + rows.start + i;
     let lo_of = |i: usize| window.map_or(0, |w| (pos_of(i) + 1).saturating_sub(w));
-    let mut qt = vec![0f32; r * hk];
-    for i in 0..r {
-        let t = rows.start + i;
-        qt[i * hk..(i + 1) * hk].copy_from_slice(&q[(t * nh + head) * hk..(t * nh + head + 1) * hk]);
+    // per head of the group: its q rows, scores, accumulators, maxima and sums
+    let mut qt = vec![0f32; n_heads * r * hk];
+    for h in 0..n_heads {
+        for i in 0..r {
+            let (t, d) = (rows.start + i, (h * r + i) * hk);
+            let src = ((t * nh + head + h) * hk, (t * nh + head + h + 1) * hk);
+            qt[d..d + hk].copy_from_slice(&q[src.0..src.1]);
+        }
     }
     let (mut kt, mut vt, mut kq) = (vec![0f32; hk * TILE], vec![0f32; TILE * hv], vec![0f32; r * TILE]);
     let mut krow = vec![0f32; hk];
-    let mut acc = vec![0f32; r * hv];
-    let (mut m, mut s) = (vec![f32::NEG_INFINITY; r], vec![0f32; r]);
+    let mut acc = vec![0f32; n_heads * r * hv];
+    let (mut m, mut s) = (vec![f32::NEG_INFINITY; n_heads * r], vec![0f32; n_heads * r]);
     let max_pos = pos_of(r - 1);
     let min_lo = (0..r).map(lo_of).min().unwrap_or(0);
     let mut ic = 0;
@@ -1041,50 +1050,57 @@ fn attend_tiled(
                 None => vdst.fill(0.0),
             }
         }
-        kq.fill(0.0);
-        ops::gemm_fma(&mut kq, &qt, &kt, r, hk, TILE);
-        ops::scale_inplace(&mut kq, scale);
-        if cap != 0.0 {
-            kq.iter_mut().for_each(|x| *x = x.tanh());
-            ops::scale_inplace(&mut kq, cap);
+        for h in 0..n_heads {
+            let (acc, m, s) =
+                (&mut acc[h * r * hv..(h + 1) * r * hv], &mut m[h * r..(h + 1) * r], &mut s[h * r..(h + 1) * r]);
+            kq.fill(0.0);
+            ops::gemm_fma(&mut kq, &qt[h * r * hk..(h + 1) * r * hk], &kt, r, hk, TILE);
+            ops::scale_inplace(&mut kq, scale);
+            if cap != 0.0 {
+                kq.iter_mut().for_each(|x| *x = x.tanh());
+                ops::scale_inplace(&mut kq, cap);
+            }
+            for i in 0..r {
+                let (lo, pos) = (lo_of(i), pos_of(i));
+                let row = &mut kq[i * TILE..(i + 1) * TILE];
+                for (tk, x) in row.iter_mut().enumerate() {
+                    let j = first + tk;
+                    *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
+                }
+                let tile_max = row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+                if tile_max == f32::NEG_INFINITY {
+                    row.fill(0.0);
+                    continue;
+                }
+                let m_new = m[i].max(tile_max);
+                if m_new > m[i] {
+                    let ms = (m[i] - m_new).exp();
+                    ops::scale_inplace(&mut acc[i * hv..(i + 1) * hv], ms);
+                    s[i] *= ms;
+                }
+                m[i] = m_new;
+                for x in row.iter_mut() {
+                    *x -= m_new;
+                }
+                ops::expf_ggml_inplace(row);
+                let mut sum = 0.0f64;
+                for c in row.chunks_exact(lanes) {
+                    sum += reduce_chunk(c, layout) as f64;
+                }
+                s[i] = ((s[i] as f64) + sum) as f32;
+            }
+            ops::gemm_fma(acc, &kq, &vt, r, TILE, hv);
         }
-        for i in 0..r {
-            let (lo, pos) = (lo_of(i), pos_of(i));
-            let row = &mut kq[i * TILE..(i + 1) * TILE];
-            for (tk, x) in row.iter_mut().enumerate() {
-                let j = first + tk;
-                *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
-            }
-            let tile_max = row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-            if tile_max == f32::NEG_INFINITY {
-                row.fill(0.0);
-                continue;
-            }
-            let m_new = m[i].max(tile_max);
-            if m_new > m[i] {
-                let ms = (m[i] - m_new).exp();
-                ops::scale_inplace(&mut acc[i * hv..(i + 1) * hv], ms);
-                s[i] *= ms;
-            }
-            m[i] = m_new;
-            for x in row.iter_mut() {
-                *x -= m_new;
-            }
-            ops::expf_ggml_inplace(row);
-            let mut sum = 0.0f64;
-            for c in row.chunks_exact(lanes) {
-                sum += reduce_chunk(c, layout) as f64;
-            }
-            s[i] = ((s[i] as f64) + sum) as f32;
-        }
-        ops::gemm_fma(&mut acc, &kq, &vt, r, TILE, hv);
     }
-    for i in 0..r {
-        let inv = if s[i] == 0.0 { 0.0 } else { 1.0 / s[i] };
-        let t = rows.start + i;
-        let mut out = outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner());
-        for (o, v) in out.iter_mut().zip(&acc[i * hv..(i + 1) * hv]) {
-            *o = v * inv;
+    for h in 0..n_heads {
+        for i in 0..r {
+            let k = h * r + i;
+            let inv = if s[k] == 0.0 { 0.0 } else { 1.0 / s[k] };
+            let t = rows.start + i;
+            let mut out = outs[t * nh + head + h].lock().unwrap_or_else(|e| e.into_inner());
+            for (o, v) in out.iter_mut().zip(&acc[k * hv..(k + 1) * hv]) {
+                *o = v * inv;
+            }
         }
     }
 }
