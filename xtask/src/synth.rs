@@ -316,6 +316,8 @@ pub enum Kv {
     I32s(&'static [i32]),
     /// An array of `bool`.
     Bools(&'static [bool]),
+    /// A string.
+    Str(&'static str),
 }
 
 /// What sets a family's file apart from the plain llama layout.
@@ -358,6 +360,10 @@ pub enum Feature {
     /// proportional rope of global layers; the FFN widths per layer from the family's
     /// `feed_forward_length` array.
     Gemma4,
+    /// gpt-oss's layer: Q/K/V and O biases, `attn_sinks` (one logit per head),
+    /// `post_attention_norm` in place of `ffn_norm`, a biased router and MXFP4 experts with
+    /// per-expert biases.
+    GptOss,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -495,6 +501,35 @@ pub const FAMILIES: &[Family] = &[
         ctx: 40960,
         features: &[Feature::QkNorm, Feature::HeadDimKeys, Feature::Output],
         kv: &[],
+    },
+    Family {
+        name: "gpt-oss",
+        arch: "gpt-oss",
+        layout: "gpt-oss-20b (2880 wide, 64 heads / 8 KV heads of 64, Q/K/V/O biases, attention sinks, window 128 \
+                 on layers 0 and 2 of 4, rope base 150000 with YaRN x32 from 4096; 32 MXFP4 experts with biases, \
+                 4 used, expert FFN 512 instead of 2880, untied output), Llama 3 BPE vocab (o200k_harmony is not \
+                 among the fixtures)",
+        moe: true,
+        vocab: VocabSource::Fixture("llama-bpe"),
+        n_layer: 4,
+        n_embd: 2880,
+        n_head: 64,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 0,
+        n_expert: 32,
+        n_expert_used: 4,
+        n_ff_exp: 512,
+        rope_base: 150_000.0,
+        rms_eps: 1e-5,
+        ctx: 131_072,
+        features: &[Feature::QkvBias, Feature::HeadDimKeys, Feature::Output, Feature::GptOss],
+        kv: &[
+            ("attention.sliding_window", Kv::U32(128)),
+            ("rope.scaling.type", Kv::Str("yarn")),
+            ("rope.scaling.factor", Kv::F32(32.0)),
+            ("rope.scaling.original_context_length", Kv::U32(4096)),
+        ],
     },
     Family {
         name: "gemma2",
@@ -801,7 +836,11 @@ fn routed_experts(b: &mut Builder, types: &mut TypeCycle, p: &dyn Fn(&str) -> St
     let (e, n, f) = (fam.n_embd, fam.n_expert, fam.n_ff_exp);
     let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
     b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
+    let oss = fam.has(Feature::GptOss);
     let mut expert_type = |row: u64| loop {
+        if oss {
+            break "mxfp4"; // as gpt-oss ships its experts
+        }
         let t = types.next(row);
         if t != "f16" {
             break t;
@@ -810,6 +849,12 @@ fn routed_experts(b: &mut Builder, types: &mut TypeCycle, p: &dyn Fn(&str) -> St
     b.tensor(&p("ffn_gate_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
     b.tensor(&p("ffn_up_exps.weight"), &[e, f, n], expert_type(e), 0.0, s(e))?;
     b.tensor(&p("ffn_down_exps.weight"), &[f, e, n], expert_type(f), 0.0, s(f))?;
+    if oss {
+        b.tensor(&p("ffn_gate_inp.bias"), &[n], "f32", 0.0, 0.1)?;
+        b.tensor(&p("ffn_gate_exps.bias"), &[f, n], "f32", 0.0, 0.1)?;
+        b.tensor(&p("ffn_up_exps.bias"), &[f, n], "f32", 0.0, 0.1)?;
+        b.tensor(&p("ffn_down_exps.bias"), &[e, n], "f32", 0.0, 0.1)?;
+    }
     Ok(())
 }
 
@@ -887,6 +932,7 @@ pub fn write_family_types(
             Kv::F32(x) => w.add_kv(&k(key), x),
             Kv::I32s(x) => w.add_kv(&k(key), gguf_format::Array::I32(x.to_vec())),
             Kv::Bools(x) => w.add_kv(&k(key), gguf_format::Array::Bool(x.to_vec())),
+            Kv::Str(x) => w.add_kv(&k(key), x),
         };
     }
     for (key, value) in tok.metadata().iter() {
@@ -937,6 +983,11 @@ pub fn write_family_types(
             b.tensor(&p("attn_v.bias"), &[kv_dim], "f32", 0.0, 0.1)?;
         }
         b.tensor(&p("attn_output.weight"), &[q_dim, e], types.next(q_dim), 0.0, s(q_dim))?;
+        if fam.has(Feature::GptOss) {
+            b.tensor(&p("attn_output.bias"), &[e], "f32", 0.0, 0.1)?;
+            // sinks near the scores' scale, so some heads' sinks win and some do not
+            b.tensor(&p("attn_sinks.weight"), &[fam.n_head], "f32", 0.0, 2.0)?;
+        }
         if fam.has(Feature::QkNorm) {
             let (qn, kn) = if fam.has(Feature::QkNormWhole) { (q_dim, kv_dim) } else { (fam.head_dim, fam.head_dim) };
             b.tensor(&p("attn_q_norm.weight"), &[qn], "f32", 1.0, 0.1)?;
@@ -945,7 +996,9 @@ pub fn write_family_types(
         if fam.has(Feature::PostNorms) {
             b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
-        if !fam.has(Feature::NoPreNorms) {
+        if fam.has(Feature::GptOss) {
+            b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+        } else if !fam.has(Feature::NoPreNorms) {
             b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
         if fam.n_expert > 0 {

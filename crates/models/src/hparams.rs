@@ -101,7 +101,11 @@ impl Hparams {
         let n_expert = ld.opt_u32("expert_count")?.unwrap_or(0) as usize;
         let n_expert_used = ld.opt_u32("expert_used_count")?.unwrap_or(0) as usize;
         if n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0) {
-            return Err(Error::Invalid(format!("{n_expert_used} of {n_expert} experts used per token")));
+            return Err(Error::Invalid(format!(
+                "{} = {n_expert_used} experts used per token of {} = {n_expert}",
+                ld.key("expert_used_count"),
+                ld.key("expert_count")
+            )));
         }
         let n_ff_exp = ld.opt_u32("expert_feed_forward_length")?.map_or(0, |v| v as usize);
         Ok(Hparams {

@@ -243,7 +243,12 @@ impl<'a> Loader<'a> {
 
     /// A small tensor (norm weights, biases) decoded to `f32`.
     pub fn opt_vector(&self, name: &str, len: u64) -> Result<Option<Vec<f32>>> {
-        let Some(t) = self.opt_tensor(name, &[len])? else { return Ok(None) };
+        self.opt_floats(name, &[len])
+    }
+
+    /// A small tensor of shape `want` (per-expert biases) decoded to `f32`, in ggml order.
+    pub fn opt_floats(&self, name: &str, want: &[u64]) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.opt_tensor(name, want)? else { return Ok(None) };
         let traits = ggml_quants::lookup_id(t.type_id)?;
         let v = traits.dequantize_to_vec(t.data(self.file))?;
         // cheap (a vector per layer) and it turns a garbage-generating file into an error

@@ -13,8 +13,8 @@ use crate::Result;
 /// Shape and options of a tiny model.
 #[derive(Debug, Clone)]
 pub struct Tiny {
-    /// `general.architecture`: llama, qwen2, qwen3, qwen3moe, gemma3 (or any name using
-    /// their tensor layout).
+    /// `general.architecture`: llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss (or any name
+    /// using their tensor layout).
     pub arch: String,
     /// Embedding width.
     pub n_embd: u64,
@@ -53,7 +53,7 @@ impl Tiny {
             n_ff: 96,
             n_vocab: 50,
             q8: false,
-            n_expert: if arch == "qwen3moe" { 4 } else { 0 },
+            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss") { 4 } else { 0 },
             tokenizer: false,
             seed: 42,
         }
@@ -101,7 +101,7 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
         w.add_kv(&format!("{a}.expert_used_count"), 2u32);
         w.add_kv(&format!("{a}.expert_feed_forward_length"), t.n_ff as u32);
     }
-    if a == "gemma3" {
+    if a == "gemma3" || a == "gpt-oss" {
         w.add_kv(&format!("{a}.attention.sliding_window"), 4u32);
     }
     if t.tokenizer {
@@ -149,7 +149,19 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
         add(n("attn_k.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
         add(n("attn_v.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
         add(n("attn_output.weight"), vec![hd * t.n_head, e], 0.2, false)?;
-        add(n("ffn_norm.weight"), vec![e], 0.1, true)?;
+        let oss = a == "gpt-oss";
+        add(n(if oss { "post_attention_norm.weight" } else { "ffn_norm.weight" }), vec![e], 0.1, true)?;
+        if oss {
+            add(n("attn_q.bias"), vec![hd * t.n_head], 0.1, false)?;
+            add(n("attn_k.bias"), vec![hd * t.n_head_kv], 0.1, false)?;
+            add(n("attn_v.bias"), vec![hd * t.n_head_kv], 0.1, false)?;
+            add(n("attn_output.bias"), vec![e], 0.1, false)?;
+            add(n("attn_sinks.weight"), vec![t.n_head], 2.0, false)?;
+            add(n("ffn_gate_inp.bias"), vec![t.n_expert], 0.5, false)?;
+            add(n("ffn_gate_exps.bias"), vec![t.n_ff, t.n_expert], 0.1, false)?;
+            add(n("ffn_up_exps.bias"), vec![t.n_ff, t.n_expert], 0.1, false)?;
+            add(n("ffn_down_exps.bias"), vec![e, t.n_expert], 0.1, false)?;
+        }
         if matches!(a, "qwen3" | "qwen3moe" | "gemma3") {
             add(n("attn_q_norm.weight"), vec![hd], 0.1, true)?;
             add(n("attn_k_norm.weight"), vec![hd], 0.1, true)?;
@@ -173,6 +185,9 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("ffn_up.weight"), vec![e, t.n_ff], 0.2, false)?;
             add(n("ffn_down.weight"), vec![t.n_ff, e], 0.2, false)?;
         }
+    }
+    if a == "gpt-oss" {
+        add("output.weight".into(), vec![e, t.n_vocab], 1.0, false)?;
     }
     w.write_to_path(path)?;
     Ok(())

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use gguf_format::SplitGguf;
 use quant_kernels::{ops, Pool};
 
-pub use crate::blocks::Activation;
 use crate::blocks::{
     dump, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Heads, Linear, Moe, Pass, RmsNorm,
     RowLayout, SeqKv,
 };
+pub use crate::blocks::{Activation, Gating};
 use crate::hparams::Hparams;
 use crate::kv_cache::KvCache;
 use crate::loader::Loader;
@@ -84,6 +84,13 @@ pub struct Spec {
     /// The largest context a state may have (phi3 with LongRoPE factors: the factors
     /// loaded are those of contexts up to this).
     pub max_ctx: Option<usize>,
+    /// The tensor (without `.weight`) of the RMSNorm before the FFN: `ffn_norm`, or
+    /// gpt-oss's `post_attention_norm`.
+    pub ffn_norm_tensor: &'static str,
+    /// Attention sinks (`attn_sinks`, one logit per head: gpt-oss).
+    pub attn_sinks: bool,
+    /// How a MoE router's logits become expert weights.
+    pub moe_gating: Gating,
 }
 
 impl Spec {
@@ -111,6 +118,9 @@ impl Spec {
             ffn_fused_up: false,
             freq_factors: None,
             max_ctx: None,
+            ffn_norm_tensor: "ffn_norm",
+            attn_sinks: false,
+            moe_gating: Gating::Softmax,
         }
     }
 }
@@ -177,6 +187,7 @@ impl Transformer {
                 m.norm_weights = spec.moe_norm_weights;
                 m.weights_scale = hp.expert_weights_scale;
                 m.act = spec.activation;
+                m.gating = spec.moe_gating;
                 Ffn::Moe(m)
             } else {
                 if hp.n_ff[il] == 0 {
@@ -215,9 +226,12 @@ impl Transformer {
             attn.scale = spec.attn_scale.unwrap_or(attn.scale);
             attn.scale_q = spec.scale_q;
             attn.softcap = spec.attn_softcap;
+            if spec.attn_sinks {
+                attn.sinks = Some(ld.vector(&n("attn_sinks.weight"), hp.n_head as u64)?);
+            }
             let post = |s: &str| if spec.post_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
             let post_attn_norm = post("post_attention_norm.weight")?;
-            let ffn_norm = pre("ffn_norm.weight")?;
+            let ffn_norm = pre(&format!("{}.weight", spec.ffn_norm_tensor))?;
             let post_ffn_norm = post("post_ffw_norm.weight")?;
             attn.repack()?;
             ffn.repack()?;

@@ -86,6 +86,54 @@ fn smollm3_bad_input_is_named() {
     assert!(err.contains("n_rot=8"), "{err}");
 }
 
+// ---- gpt-oss ----
+
+#[test]
+fn gpt_oss_decodes_incrementally_as_in_one_batch() {
+    let t = Tiny::new("gpt-oss");
+    let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
+    let (arch, v, all) = logits_of(&t, &[], &tokens);
+    assert_eq!(arch, "gpt-oss");
+    let (_d, p) = tmp("gpt-oss.gguf");
+    write(&t, &p, None, &[]).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
+    for (i, &tok) in tokens.iter().enumerate() {
+        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
+        let row = &all[i * v..(i + 1) * v];
+        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 2e-2, "position {i}: {diff}");
+    }
+    // the window (4 on even layers) matters past position 3
+    let (_, _, wide) = logits_of(&t, &[("gpt-oss.attention.sliding_window", Value::U32(64))], &tokens);
+    assert_eq!(all[..4 * v], wide[..4 * v]);
+    assert!(rows_differ(&all[4 * v..], &wide[4 * v..]));
+}
+
+#[test]
+fn gpt_oss_bad_input_is_named() {
+    let t = Tiny::new("gpt-oss");
+    for missing in ["blk.1.attn_sinks.weight", "blk.0.ffn_down_exps.bias", "blk.1.attn_output.bias", "output.weight"] {
+        let err = load_error(&t, Some(missing), &[]);
+        assert!(err.contains(missing), "{missing}: {err}");
+    }
+    let err = load_error(&t, None, &[("gpt-oss.expert_count", Value::U32(0))]);
+    assert!(err.contains("gpt-oss.expert_count"), "{err}");
+    let err = {
+        let (_d, p) = tmp("bad.gguf");
+        write(&t, &p, None, &[]).unwrap();
+        let f = gguf_format::GgufFile::open(&p).unwrap();
+        let mut w = gguf_format::GgufWriter::from_file(&f).unwrap();
+        w.metadata_mut().remove("gpt-oss.attention.sliding_window");
+        let p2 = p.with_extension("2.gguf");
+        w.write_to_path(&p2).unwrap();
+        gguf_models::load(&p2).err().expect("no window must not load").to_string()
+    };
+    assert!(err.contains("gpt-oss.attention.sliding_window"), "{err}");
+    let err = load_error(&t, None, &[("gpt-oss.expert_used_count", Value::U32(5))]);
+    assert!(err.contains("gpt-oss.expert_used_count = 5"), "{err}");
+}
+
 // ---- granite ----
 
 fn granite_keys(logit: f32) -> Vec<(&'static str, Value)> {
@@ -371,70 +419,125 @@ fn gemma2_bad_input_is_named() {
     assert!(err.contains("blk.0.attn_k.weight") || err.contains("blk.0.attn_q.weight"), "{err}");
 }
 
+/// Random K/V caches of `n_kv` positions (2 KV heads of 32) and `n` query rows (4 heads)
+/// at the last `n` positions, with the values the caches hold, for the attention tests.
+struct AttnCase {
+    kc: gguf_models::kv_cache::CacheMatrix,
+    vc: gguf_models::kv_cache::CacheMatrix,
+    kr: Vec<Vec<f32>>,
+    vr: Vec<Vec<f32>>,
+    q: Vec<f32>,
+    n: usize,
+    pos0: usize,
+}
+
+const ATTN_HEADS: gguf_models::blocks::Heads =
+    gguf_models::blocks::Heads { n_head: 4, n_head_kv: 2, head_k: 32, head_v: 32 };
+
+impl AttnCase {
+    fn new(ct: gguf_models::CacheType, n: usize, n_kv: usize, n_ctx: usize, seed: u64) -> AttnCase {
+        use gguf_models::kv_cache::CacheMatrix;
+        use rand::{Rng, SeedableRng};
+        let (nh, nkv, hk) = (4usize, 2usize, 32usize);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let new = || CacheMatrix::new(ct, n_ctx, nkv * hk).unwrap();
+        let (mut kc, mut vc) = (new(), new());
+        let (mut kr, mut vr) = (vec![vec![0f32; nkv * hk]; n_kv], vec![vec![0f32; nkv * hk]; n_kv]);
+        for p in 0..n_kv {
+            kr[p].iter_mut().for_each(|x| *x = rng.gen::<f32>() * 4.0 - 2.0);
+            vr[p].iter_mut().for_each(|x| *x = rng.gen::<f32>() * 2.0 - 1.0);
+            kc.write(p, &kr[p]);
+            vc.write(p, &vr[p]);
+            // the reference reads what the cache holds
+            kc.read(p, 0, &mut kr[p]);
+            vc.read(p, 0, &mut vr[p]);
+        }
+        let q: Vec<f32> = (0..n * nh * hk).map(|_| rng.gen::<f32>() * 4.0 - 2.0).collect();
+        AttnCase { kc, vc, kr, vr, q, n, pos0: n_kv - n }
+    }
+
+    fn attend(&self, pool: &gguf_models::Pool, sc: &gguf_models::blocks::Scores<'_>) -> Vec<f32> {
+        use gguf_models::blocks::{attend_with, SeqView};
+        let view = [SeqView { row0: 0, n: self.n, pos0: self.pos0, k: &self.kc, v: &self.vc }];
+        let mut o = vec![0f32; self.n * 4 * 32];
+        attend_with(pool, ATTN_HEADS, &view, &self.q, sc, &mut o);
+        o
+    }
+
+    /// The largest difference of `o` from an f64 softmax(f(k·q))·V, each head's softmax
+    /// with one more term `exp(sink)` where `sinks` has one.
+    fn worst(&self, o: &[f32], f: impl Fn(f64) -> f64, sinks: Option<&[f32]>) -> f64 {
+        let (nh, nkv, hk) = (4usize, 2usize, 32usize);
+        let mut worst = 0f64;
+        for t in 0..self.n {
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let qh = &self.q[(t * nh + h) * hk..(t * nh + h + 1) * hk];
+                let s: Vec<f64> = (0..=self.pos0 + t)
+                    .map(|j| f(qh.iter().zip(&self.kr[j][kvh * hk..]).map(|(a, b)| *a as f64 * *b as f64).sum()))
+                    .collect();
+                let sink = sinks.map(|v| v[h] as f64);
+                let m = s.iter().cloned().chain(sink).fold(f64::MIN, f64::max);
+                let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
+                for d in 0..hk {
+                    let want: f64 =
+                        w.iter().enumerate().map(|(j, wj)| wj * self.vr[j][kvh * hk + d] as f64).sum::<f64>() / z;
+                    worst = worst.max((o[(t * nh + h) * hk + d] as f64 - want).abs());
+                }
+            }
+        }
+        worst
+    }
+}
+
 /// `attend_softcap` against an f64 reference of softmax(c·tanh(k·q·scale/c))·V, over an
 /// F16 and a Q8_0 cache, on ggml's three paths (one query: decode; 5 rows: one chunk; 70
 /// rows: tiles); without a cap it is `attend` bit for bit.
 #[test]
 fn attention_soft_cap_matches_a_reference_on_every_path() {
-    use gguf_models::blocks::{attend, attend_softcap, Heads, SeqView};
-    use gguf_models::kv_cache::CacheMatrix;
-    use rand::{Rng, SeedableRng};
-    let heads = Heads { n_head: 4, n_head_kv: 2, head_k: 32, head_v: 32 };
-    let (nh, nkv, hk) = (4usize, 2usize, 32usize);
+    use gguf_models::blocks::{attend, attend_softcap, SeqView};
     let pool = gguf_models::Pool::new(1);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     for ct in [gguf_models::CacheType::F16, gguf_models::CacheType::Q8_0] {
         for n in [1usize, 5, 70] {
-            // the query rows are the last `n` of `n_kv` cached positions
-            let (n_ctx, n_kv) = (128, n.max(40));
-            let new = || CacheMatrix::new(ct, n_ctx, nkv * hk).unwrap();
-            let (mut kc, mut vc) = (new(), new());
-            let (mut kr, mut vr) = (vec![vec![0f32; nkv * hk]; n_kv], vec![vec![0f32; nkv * hk]; n_kv]);
-            for p in 0..n_kv {
-                kr[p].iter_mut().for_each(|x| *x = rng.gen::<f32>() * 4.0 - 2.0);
-                vr[p].iter_mut().for_each(|x| *x = rng.gen::<f32>() * 2.0 - 1.0);
-                kc.write(p, &kr[p]);
-                vc.write(p, &vr[p]);
-                // the reference reads what the cache holds
-                kc.read(p, 0, &mut kr[p]);
-                vc.read(p, 0, &mut vr[p]);
-            }
-            let q: Vec<f32> = (0..n * nh * hk).map(|_| rng.gen::<f32>() * 4.0 - 2.0).collect();
-            let (pos0, rows) = (n_kv - n, n);
-            let view = [SeqView { row0: 0, n: rows, pos0, k: &kc, v: &vc }];
+            let c = AttnCase::new(ct, n, n.max(40), 128, 3);
+            let view = [SeqView { row0: 0, n, pos0: c.pos0, k: &c.kc, v: &c.vc }];
             let (scale, cap) = (0.25f32, 1.5f32);
-            let mut o = vec![0f32; rows * nh * hk];
-            attend_softcap(&pool, heads, &view, &q, scale, Some(cap), None, &mut o);
-            let mut plain = vec![0f32; rows * nh * hk];
-            attend(&pool, heads, &view, &q, scale, None, &mut plain);
-            let mut off = vec![0f32; rows * nh * hk];
-            attend_softcap(&pool, heads, &view, &q, scale, None, None, &mut off);
+            let mut o = vec![0f32; n * 4 * 32];
+            attend_softcap(&pool, ATTN_HEADS, &view, &c.q, scale, Some(cap), None, &mut o);
+            let mut plain = vec![0f32; n * 4 * 32];
+            attend(&pool, ATTN_HEADS, &view, &c.q, scale, None, &mut plain);
+            let mut off = vec![0f32; n * 4 * 32];
+            attend_softcap(&pool, ATTN_HEADS, &view, &c.q, scale, None, None, &mut off);
             assert_eq!(plain, off, "{ct:?} n={n}");
-            let mut worst = 0f64;
-            for t in 0..rows {
-                for h in 0..nh {
-                    let kvh = h / (nh / nkv);
-                    let qh = &q[(t * nh + h) * hk..(t * nh + h + 1) * hk];
-                    let s: Vec<f64> = (0..=pos0 + t)
-                        .map(|j| {
-                            let d: f64 = qh.iter().zip(&kr[j][kvh * hk..]).map(|(a, b)| *a as f64 * *b as f64).sum();
-                            cap as f64 * (d * scale as f64 / cap as f64).tanh()
-                        })
-                        .collect();
-                    let m = s.iter().cloned().fold(f64::MIN, f64::max);
-                    let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-                    let z: f64 = w.iter().sum();
-                    for d in 0..hk {
-                        let want: f64 =
-                            w.iter().enumerate().map(|(j, wj)| wj * vr[j][kvh * hk + d] as f64).sum::<f64>() / z;
-                        let got = o[(t * nh + h) * hk + d] as f64;
-                        worst = worst.max((got - want).abs());
-                    }
-                }
-            }
+            let worst = c.worst(&o, |d| cap as f64 * (d * scale as f64 / cap as f64).tanh(), None);
             // q is rounded to f16 (F16 cache) or Q8_0: a few 1e-3 at most
             assert!(worst < 2e-2, "{ct:?} n={n}: {worst}");
             assert!(rows_differ(&o, &plain), "{ct:?} n={n}: the cap had no effect");
+        }
+    }
+}
+
+/// Attention sinks (gpt-oss) against an f64 reference on every path — decode over one
+/// chunk and split over two threads' chunks (600 cells), 5 rows, 70 rows in tiles — with
+/// sinks above and below the scores; a sink of -1e30 adds `exp(-inf) = 0` and leaves the
+/// output bit for bit as without sinks.
+#[test]
+fn attention_sinks_match_a_reference_on_every_path() {
+    use gguf_models::blocks::Scores;
+    let pool = gguf_models::Pool::new(2);
+    let sinks = [3.0f32, -2.0, 0.5, 9.0];
+    for ct in [gguf_models::CacheType::F16, gguf_models::CacheType::Q8_0] {
+        for (n, n_kv) in [(1usize, 40usize), (1, 600), (5, 40), (70, 100)] {
+            let c = AttnCase::new(ct, n, n_kv, 1024, 5);
+            let scale = 0.25f32;
+            let plain = c.attend(&pool, &Scores { scale, softcap: None, window: None, sinks: None });
+            let low = c.attend(&pool, &Scores { scale, softcap: None, window: None, sinks: Some(&[-1e30; 4]) });
+            assert_eq!(plain, low, "{ct:?} n={n} n_kv={n_kv}: a -1e30 sink changed the output");
+            let o = c.attend(&pool, &Scores { scale, softcap: None, window: None, sinks: Some(&sinks) });
+            let worst = c.worst(&o, |d| d * scale as f64, Some(&sinks));
+            assert!(worst < 2e-2, "{ct:?} n={n} n_kv={n_kv}: {worst}");
+            assert!(rows_differ(&o, &plain), "{ct:?} n={n} n_kv={n_kv}: the sinks had no effect");
         }
     }
 }
@@ -617,7 +720,7 @@ fn phi3_bad_input_is_named() {
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35", "qwen35moe", "gemma4"] {
+    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35", "qwen35moe", "gemma4", "gpt-oss"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());

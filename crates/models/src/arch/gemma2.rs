@@ -48,13 +48,7 @@ gguf_registry::submit! {
             });
             spec.scale_q = true;
             let window = ld.opt_u32("attention.sliding_window")?.unwrap_or(WINDOW) as usize;
-            let layers = match ld.opt_bool_array("attention.sliding_window_pattern")? {
-                Some(flags) if flags.len() == hp.n_layer => flags,
-                _ => {
-                    let period = ld.opt_u32("attention.sliding_window_pattern")?.unwrap_or(PATTERN) as usize;
-                    (0..hp.n_layer).map(|il| period == 0 || il % period < period - 1).collect()
-                }
-            };
+            let layers = super::swa_layers(ld, hp.n_layer, PATTERN)?;
             if window > 0 {
                 spec.swa = Some(Swa {
                     window,

@@ -25,13 +25,7 @@ gguf_registry::submit! {
             spec.final_softcap = ld.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
             let window = ld.opt_u32("attention.sliding_window")?.unwrap_or(0) as usize;
             if window > 0 {
-                let layers = match ld.opt_bool_array("attention.sliding_window_pattern")? {
-                    Some(flags) if flags.len() == hp.n_layer => flags,
-                    _ => {
-                        let period = ld.opt_u32("attention.sliding_window_pattern")?.unwrap_or(6) as usize;
-                        (0..hp.n_layer).map(|il| period == 0 || il % period < period - 1).collect()
-                    }
-                };
+                let layers = super::swa_layers(ld, hp.n_layer, 6)?;
                 spec.swa = Some(Swa {
                     window,
                     layers,

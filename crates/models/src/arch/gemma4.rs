@@ -356,6 +356,7 @@ impl Gemma4 {
                     q_gate: false,
                     v_norm: None,
                     v_from_k,
+                    sinks: None,
                 }
             };
             attn.scale = 1.0;

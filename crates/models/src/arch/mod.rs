@@ -5,6 +5,7 @@
 mod gemma2;
 mod gemma3;
 mod gemma4;
+mod gpt_oss;
 mod granite;
 mod llama;
 mod olmo2;
@@ -31,6 +32,19 @@ pub fn base_spec(ld: &Loader<'_>, rope_mode: RopeMode) -> Result<Spec> {
     let mut spec = Spec::llama(rope_mode);
     spec.attn_scale = ld.opt_f32("attention.scale")?.filter(|&s| s != 0.0);
     Ok(spec)
+}
+
+/// Which of `n_layer` layers are windowed, as llama.cpp's `load_swa_pattern`: the file's
+/// `attention.sliding_window_pattern` as one flag per layer, or as a period `p` (default
+/// `period`) where every `p`-th layer is global (`il % p < p - 1` windowed; 0: all).
+pub fn swa_layers(ld: &Loader<'_>, n_layer: usize, period: u32) -> Result<Vec<bool>> {
+    if let Some(flags) = ld.opt_bool_array("attention.sliding_window_pattern")? {
+        if flags.len() == n_layer {
+            return Ok(flags);
+        }
+    }
+    let p = ld.opt_u32("attention.sliding_window_pattern")?.unwrap_or(period) as usize;
+    Ok((0..n_layer).map(|il| p == 0 || il % p < p - 1).collect())
 }
 
 /// Reads the common hyperparameters ([`Hparams::read`] under the `arch.` prefix) and

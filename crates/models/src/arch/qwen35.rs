@@ -292,6 +292,7 @@ fn gated_attention(ld: &Loader<'_>, il: usize, hp: &Hparams, heads: Heads, scale
         q_gate: true,
         v_norm: None,
         v_from_k: false,
+        sinks: None,
     })
 }
 

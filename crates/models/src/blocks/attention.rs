@@ -116,6 +116,9 @@ pub struct Attention {
     /// V is the key projection itself, taken before K's norm and rope (gemma4's
     /// `attention_k_eq_v` layers, which have no `attn_v`): `wv` is then not used.
     pub v_from_k: bool,
+    /// Attention sinks, one logit per query head (gpt-oss's `attn_sinks`): each head's
+    /// softmax counts one more term, `exp(sink)`, with no value row.
+    pub sinks: Option<Vec<f32>>,
 }
 
 impl Attention {
@@ -151,6 +154,7 @@ impl Attention {
             q_gate: false,
             v_norm: None,
             v_from_k: false,
+            sinks: None,
         })
     }
 
@@ -202,6 +206,7 @@ impl Attention {
             q_gate: false,
             v_norm: None,
             v_from_k: false,
+            sinks: None,
         })
     }
 
@@ -369,7 +374,7 @@ impl Attention {
         self.attend_project(pass, il, seqs, scale, sc, out)
     }
 
-    /// The common tail: q rotated for a quantized K cache, [`attend_softcap`] over the
+    /// The common tail: q rotated for a quantized K cache, [`attend_with`] over the
     /// views, the output rotated back for a quantized V cache, gated, projected by `wo`.
     fn attend_project(
         &self,
@@ -390,7 +395,8 @@ impl Attention {
             hadamard_rows(q, n);
         }
         o.resize(pass.rows.n_rows() * nh * hv, 0.0);
-        attend_softcap(pass.pool, self.heads, views, q, scale, self.softcap, self.window, o);
+        let scores = Scores { scale, softcap: self.softcap, window: self.window, sinks: self.sinks.as_deref() };
+        attend_with(pass.pool, self.heads, views, q, &scores, o);
         dump(&format!("kqv_out-{il}"), o);
         if let Some(n) = rot_v {
             hadamard_rows(o, n);
@@ -493,10 +499,48 @@ pub fn attend_softcap(
     window: Option<usize>,
     o: &mut [f32],
 ) {
-    let (scale, cap) = match softcap {
-        Some(c) if c != 0.0 => (scale / c, c),
-        _ => (scale, 0.0),
+    attend_with(pool, heads, seqs, q, &Scores { scale, softcap, window, sinks: None }, o)
+}
+
+/// How the scores of [`attend_with`] are formed and normalized.
+#[derive(Debug, Clone, Copy)]
+pub struct Scores<'a> {
+    /// Scale of `k·q`.
+    pub scale: f32,
+    /// Soft-cap of the scaled scores ([`attend_softcap`]); `None` or `Some(0)`: off.
+    pub softcap: Option<f32>,
+    /// Sliding window: position `p1` sees `p0` when `p1 - p0 < window`.
+    pub window: Option<usize>,
+    /// One sink logit per query head (gpt-oss): after the cells, each head's softmax takes
+    /// one more term `exp(sink)` with no value, as ggml's flash attention adds it (once per
+    /// row, on the first chunk of a split row) — the output is scaled by `exp(M - sink)`
+    /// when the sink is above the running maximum `M`, and the sum grows by `exp(sink - M)`
+    /// (or becomes `S·exp(M - sink) + 1`).
+    pub sinks: Option<&'a [f32]>,
+}
+
+/// A row's accumulator `acc` (f32), maximum `m` and sum `s` after one sink logit `sink`
+/// (ggml-cpu's `sinks` step of `flash_attn_ext_f16`).
+#[inline]
+fn add_sink(sink: f32, m: &mut f32, s: &mut f32, acc: &mut [f32]) {
+    let (mut ms, mut vs) = (1.0f32, 1.0f32);
+    if sink > *m {
+        ms = (*m - sink).exp();
+        *m = sink;
+        ops::scale_inplace(acc, ms);
+    } else {
+        vs = (sink - *m).exp();
+    }
+    *s = s.mul_add(ms, vs); // contracted as in ggml-cpu
+}
+
+/// [`attend`] with every score option ([`Scores`]: scale, soft-cap, window, sinks).
+pub fn attend_with(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], sc: &Scores<'_>, o: &mut [f32]) {
+    let (scale, cap) = match sc.softcap {
+        Some(c) if c != 0.0 => (sc.scale / c, c),
+        _ => (sc.scale, 0.0),
     };
+    let (window, sinks) = (sc.window, sc.sinks);
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
     let f16_kv = |s: &SeqView<'_>| s.k.cache_type() == CacheType::F16 && s.v.cache_type() == CacheType::F16;
@@ -516,7 +560,7 @@ pub fn attend_softcap(
             pool.for_each(nh / per * n_qt, &|i| {
                 let (head, qt) = (i % (nh / per) * per, i / (nh / per));
                 let rows = qt * TILE..(qt * TILE + TILE).min(n);
-                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0 };
+                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0, sinks };
                 if f16 {
                     attend_tiled(kc, vc, &geo, per, rows, qs, os);
                 } else {
@@ -529,7 +573,7 @@ pub fn attend_softcap(
     }
     let (rest_f16, rest): (Vec<SeqView<'_>>, Vec<SeqView<'_>>) = rest.into_iter().partition(|s| f16_kv(s));
     if !rest_f16.is_empty() {
-        let geo = RowsGeometry { heads, scale, cap, window };
+        let geo = RowsGeometry { heads, scale, cap, window, sinks };
         attend_f16_rows(pool, &geo, &rest_f16, q, &outs);
     }
     if rest.is_empty() {
@@ -561,19 +605,21 @@ pub fn attend_softcap(
             let r = r0 + t;
             let src = &q[(r * nh + head) * hk..(r * nh + head + 1) * hk];
             let mut out = outs[r * nh + head].lock().unwrap_or_else(|e| e.into_inner());
-            let view = HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos };
+            let sink = sinks.map(|v| v[head]);
+            let view = HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos, sink };
             attend_one_chunk(&view, src, sc, &mut out);
         })
     });
 }
 
 /// The settings every row of an [`attend_f16_rows`] pass shares.
-struct RowsGeometry {
+struct RowsGeometry<'a> {
     heads: Heads,
     scale: f32,
     /// Score soft-cap (0: off); `scale` is already divided by it.
     cap: f32,
     window: Option<usize>,
+    sinks: Option<&'a [f32]>,
 }
 
 /// How ggml-cpu splits one row's keys on its F16 path: `n_kv` is the cache padded to 256
@@ -593,8 +639,8 @@ fn f16_chunk(n_ctx: usize, pos: usize, n_rows: usize, nth: usize) -> usize {
 /// heads sharing a KV head walk its keys together ([`ops::flash_f16_chunk`]), each head's
 /// arithmetic in ggml's order. A one-chunk row is finished in its task; a split row's
 /// chunks are combined afterwards in chunk order, as ggml reduces them.
-fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry, seqs: &[SeqView<'_>], q: &[f32], outs: &[Mutex<&mut [f32]>]) {
-    let RowsGeometry { heads, scale, cap, window } = *geo;
+fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry<'_>, seqs: &[SeqView<'_>], q: &[f32], outs: &[Mutex<&mut [f32]>]) {
+    let RowsGeometry { heads, scale, cap, window, sinks } = *geo;
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
     let (nth, layout) = (pool.n_threads(), ops::native_dot_layout());
@@ -645,13 +691,21 @@ fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry, seqs: &[SeqView<'_>], q: &[f
                 }
                 ops::flash_f16_chunk(&c, &sc.q16, &mut sc.m, &mut sc.s, &mut sc.acc16);
             }
+            // the f16 accumulators in f32, and the sinks of the row's first chunk
+            sc.acc.clear();
+            sc.acc.extend(sc.acc16.iter().map(|v| v.to_f32()));
+            if let Some(sk) = sinks.filter(|_| c == 0) {
+                for h in 0..group {
+                    add_sink(sk[kvh * group + h], &mut sc.m[h], &mut sc.s[h], &mut sc.acc[h * hv..(h + 1) * hv]);
+                }
+            }
             if chunk > pos {
                 // one chunk: the plain path divides directly
                 for h in 0..group {
                     let inv = if sc.s[h] == 0.0 { 0.0 } else { 1.0 / sc.s[h] };
                     let mut out = outs[h0 + h].lock().unwrap_or_else(|e| e.into_inner());
-                    for (o, v) in out.iter_mut().zip(&sc.acc16[h * hv..(h + 1) * hv]) {
-                        *o = v.to_f32() * inv;
+                    for (o, v) in out.iter_mut().zip(&sc.acc[h * hv..(h + 1) * hv]) {
+                        *o = v * inv;
                     }
                 }
                 return;
@@ -662,7 +716,7 @@ fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry, seqs: &[SeqView<'_>], q: &[f
             for h in 0..group {
                 part.push(sc.m[h]);
                 part.push(sc.s[h]);
-                part.extend(sc.acc16[h * hv..(h + 1) * hv].iter().map(|v| v.to_f32()));
+                part.extend_from_slice(&sc.acc[h * hv..(h + 1) * hv]);
             }
         })
     });
@@ -707,6 +761,7 @@ struct Scratch {
     row: ChunkRow,
     tmp: Vec<f32>,
     q16: Vec<f16>,
+    acc: Vec<f32>,
     acc16: Vec<f16>,
     m: Vec<f32>,
     s: Vec<f32>,
@@ -725,6 +780,8 @@ struct HeadView<'a> {
     cap: f32,
     lo: usize,
     pos: usize,
+    /// The head's sink logit.
+    sink: Option<f32>,
 }
 
 /// `c·tanhf(x)` when the soft-cap `c` is on (ggml: `s = logit_softcap*tanhf(s)`).
@@ -828,8 +885,8 @@ impl ChunkRow {
         self.s = self.s.mul_add(ms, vs); // contracted as in ggml-cpu
     }
 
-    /// `V / S` into `out`.
-    fn finish(&mut self, out: &mut [f32]) {
+    /// `V / S` into `out`, after the head's `sink` (if any).
+    fn finish(&mut self, sink: Option<f32>, out: &mut [f32]) {
         if self.bad {
             return out.fill(f32::NAN);
         }
@@ -837,6 +894,9 @@ impl ChunkRow {
             for (d, v) in self.acc.iter_mut().zip(&self.acc16) {
                 *d = v.to_f32();
             }
+        }
+        if let Some(sk) = sink {
+            add_sink(sk, &mut self.m, &mut self.s, &mut self.acc);
         }
         let inv = if self.s == 0.0 { 0.0 } else { 1.0 / self.s };
         for (o, v) in out.iter_mut().zip(&self.acc) {
@@ -864,7 +924,7 @@ fn dot_for(kc: &CacheMatrix) -> Option<Dot> {
 
 /// One query head over every cell of its window, as ggml's one-chunk path ([`ChunkRow`]).
 fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f32]) {
-    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos } = *h;
+    let HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos, sink } = *h;
     let (k_off, v_off) = (kvh * hk, kvh * hv);
     sc.tmp.resize(hk.max(hv), 0.0);
     let row = &mut sc.row;
@@ -885,7 +945,7 @@ fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f3
             row.add(x, VRow::F32(&sc.tmp[..hv]));
         }
     }
-    row.finish(out);
+    row.finish(sink, out);
 }
 
 /// Query rows `rows` of one head on the one-chunk path ([`ChunkRow`], each row's cells in
@@ -896,12 +956,12 @@ fn attend_one_chunk(h: &HeadView<'_>, q: &[f32], sc: &mut Scratch, out: &mut [f3
 fn attend_one_chunk_tiled(
     kc: &CacheMatrix,
     vc: &CacheMatrix,
-    g: &TileGeometry,
+    g: &TileGeometry<'_>,
     rows: std::ops::Range<usize>,
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0 } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0, sinks } = *g;
     let (k_off, v_off) = (kvh * hk, kvh * hv);
     let pos_of = |t: usize| p0 + t;
     let lo_of = |t: usize| window.map_or(0, |w| (pos_of(t) + 1).saturating_sub(w));
@@ -950,7 +1010,7 @@ fn attend_one_chunk_tiled(
         first = end;
     }
     for (row, t) in state.iter_mut().zip(rows) {
-        row.finish(&mut outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner()));
+        row.finish(sinks.map(|v| v[head]), &mut outs[t * nh + head].lock().unwrap_or_else(|e| e.into_inner()));
     }
 }
 
@@ -971,7 +1031,7 @@ fn reduce_chunk(v: &[f32], layout: ops::DotLayout) -> f32 {
 }
 
 /// Rows and columns of one tiled-attention task.
-struct TileGeometry {
+struct TileGeometry<'a> {
     head: usize,
     nh: usize,
     kvh: usize,
@@ -982,6 +1042,8 @@ struct TileGeometry {
     cap: f32,
     window: Option<usize>,
     p0: usize,
+    /// Sink logits of every query head.
+    sinks: Option<&'a [f32]>,
 }
 
 /// ggml's flash-attention tile size (`GGML_FA_TILE_Q` = `GGML_FA_TILE_KV` = 64).
@@ -999,13 +1061,13 @@ const ONE_CHUNK_TILED: usize = 8;
 fn attend_tiled(
     kc: &CacheMatrix,
     vc: &CacheMatrix,
-    g: &TileGeometry,
+    g: &TileGeometry<'_>,
     n_heads: usize,
     rows: std::ops::Range<usize>,
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0 } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0, sinks } = *g;
     let r = rows.len();
     let layout = ops::native_dot_layout();
     let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
@@ -1095,6 +1157,9 @@ fn attend_tiled(
     for h in 0..n_heads {
         for i in 0..r {
             let k = h * r + i;
+            if let Some(sk) = sinks {
+                add_sink(sk[head + h], &mut m[k], &mut s[k], &mut acc[k * hv..(k + 1) * hv]);
+            }
             let inv = if s[k] == 0.0 { 0.0 } else { 1.0 / s[k] };
             let t = rows.start + i;
             let mut out = outs[t * nh + head + h].lock().unwrap_or_else(|e| e.into_inner());

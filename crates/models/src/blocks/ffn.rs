@@ -6,7 +6,7 @@ use std::sync::Arc;
 use gguf_format::SplitGguf;
 use quant_kernels::{matmul_expert, ops, Matrix};
 
-use super::{dump, Linear, Pass, RowLayout};
+use super::{add_bias, dump, Linear, Pass, RowLayout};
 use crate::loader::{Loader, TensorRef};
 use crate::{Error, Result};
 
@@ -17,7 +17,15 @@ pub enum Activation {
     Silu,
     /// `gelu(gate) * up` (tanh approximation, as ggml).
     Gelu,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`, α = 1.702, limit 7 as llama.cpp
+    /// fixes them): `x = min(gate, 7)`, `y = clamp(up, -7, 7)`, `x / (1 + e^(-α·x)) · (y + 1)`.
+    SwigluOai,
 }
+
+/// α of [`Activation::SwigluOai`] (llama.cpp's `LLM_FFN_SWIGLU_OAI_MOE`).
+const OAI_ALPHA: f32 = 1.702;
+/// The clamp of [`Activation::SwigluOai`].
+const OAI_LIMIT: f32 = 7.0;
 
 impl Activation {
     /// `gate = act(gate) * up`, element-wise.
@@ -25,8 +33,33 @@ impl Activation {
         match self {
             Activation::Silu => ops::silu_mul_inplace(gate, up),
             Activation::Gelu => ops::gelu_mul_inplace(gate, up),
+            Activation::SwigluOai => {
+                // ggml_compute_forward_swiglu_oai_f32: scalar, libm expf
+                for (g, &u) in gate.iter_mut().zip(up) {
+                    let x = if OAI_LIMIT < *g { OAI_LIMIT } else { *g };
+                    let y = if u < -OAI_LIMIT {
+                        -OAI_LIMIT
+                    } else if OAI_LIMIT < u {
+                        OAI_LIMIT
+                    } else {
+                        u
+                    };
+                    let glu = x / (1.0 + (OAI_ALPHA * -x).exp());
+                    *g = glu * (y + 1.0);
+                }
+            }
         }
     }
+}
+
+/// How a [`Moe`] router turns its logits into expert weights (llama.cpp's
+/// `llama_expert_gating_func_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over every expert's logit, then the top k (`SOFTMAX`).
+    Softmax,
+    /// The top k of the raw logits, then a softmax over those k (`SOFTMAX_WEIGHT`: gpt-oss).
+    SoftmaxWeight,
 }
 
 /// `down(act(gate(x)) * up(x))` with optional biases (llama.cpp's `build_ffn` with
@@ -131,20 +164,31 @@ impl GatedFfn {
 }
 
 /// A stacked expert tensor (`ffn_{gate,up,down}_exps`: `[cols, rows, n_expert]`), each
-/// expert's matrix read in place.
+/// expert's matrix read in place, with its optional per-expert bias (`[rows, n_expert]`).
 pub struct Experts {
     file: Arc<SplitGguf>,
     weight: TensorRef,
     n_expert: usize,
+    bias: Option<Vec<f32>>,
 }
 
 impl Experts {
-    /// The tensor `name` of `n_expert` matrices of `[cols, rows]`.
+    /// The tensor `name` (`….weight`) of `n_expert` matrices of `[cols, rows]`, and its
+    /// `….bias` where the file has one.
     pub fn load(ld: &Loader<'_>, name: &str, cols: usize, rows: usize, n_expert: usize) -> Result<Experts> {
         let weight = ld.tensor(name, &[cols as u64, rows as u64, n_expert as u64])?;
-        let ex = Experts { file: ld.shared()?, weight, n_expert };
+        let bias_name = format!("{}.bias", name.strip_suffix(".weight").unwrap_or(name));
+        let bias = ld.opt_floats(&bias_name, &[rows as u64, n_expert as u64])?;
+        let ex = Experts { file: ld.shared()?, weight, n_expert, bias };
         ex.matrix(0)?;
         Ok(ex)
+    }
+
+    /// Expert `e`'s bias, if the tensor has biases.
+    pub fn bias(&self, e: usize) -> Option<&[f32]> {
+        let b = self.bias.as_deref()?;
+        let rows = b.len() / self.n_expert;
+        Some(&b[e * rows..(e + 1) * rows])
     }
 
     /// Expert `e`'s matrix.
@@ -185,19 +229,22 @@ pub struct Moe {
     pub weights_scale: f32,
     /// The experts' activation.
     pub act: Activation,
+    /// How the router's logits become weights.
+    pub gating: Gating,
 }
 
 impl Moe {
     /// Layer `il`'s router `ffn_gate_inp` and experts `ffn_{gate,up,down}_exps` of `n_ff`
-    /// hidden units each.
+    /// hidden units each, with their biases where the file has them (gpt-oss).
     pub fn load(ld: &Loader<'_>, il: usize, n_embd: usize, n_ff: usize, n_expert: usize, n_used: usize) -> Result<Moe> {
         let n = |s: &str| format!("blk.{il}.{s}");
         if n_expert == 0 || n_used == 0 || n_used > n_expert {
             return Err(Error::Invalid(format!("{n_used} experts used of {n_expert}")));
         }
         let router = ld.tensor(&n("ffn_gate_inp.weight"), &[n_embd as u64, n_expert as u64])?;
+        let router_bias = ld.opt_vector(&n("ffn_gate_inp.bias"), n_expert as u64)?;
         Ok(Moe {
-            router: Linear::new(ld.shared()?, router, None)?,
+            router: Linear::new(ld.shared()?, router, router_bias)?,
             gate: Experts::load(ld, &n("ffn_gate_exps.weight"), n_embd, n_ff, n_expert)?,
             up: Experts::load(ld, &n("ffn_up_exps.weight"), n_embd, n_ff, n_expert)?,
             down: Experts::load(ld, &n("ffn_down_exps.weight"), n_ff, n_embd, n_expert)?,
@@ -205,6 +252,7 @@ impl Moe {
             norm_weights: true,
             weights_scale: 1.0,
             act: Activation::Silu,
+            gating: Gating::Softmax,
         })
     }
 
@@ -216,17 +264,23 @@ impl Moe {
         let (e, k) = (self.router.cols(), self.n_used);
         let mut logits = Vec::new();
         self.router.forward(&pass, h, &mut logits)?;
-        // Route: softmax over experts, top-k, optional renormalization and scale.
+        // Route: softmax over experts (or over the chosen ones), top-k, optional
+        // renormalization and scale.
         let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
         let mut idx: Vec<usize> = Vec::with_capacity(ne);
         for t in 0..n {
             let p = &mut logits[t * ne..(t + 1) * ne];
-            ops::softmax_inplace(p);
+            if self.gating == Gating::Softmax {
+                ops::softmax_inplace(p);
+            }
             idx.clear();
             idx.extend(0..ne);
             idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
             let sel = &idx[..k];
             let mut w: Vec<f32> = sel.iter().map(|&i| p[i]).collect();
+            if self.gating == Gating::SoftmaxWeight {
+                ops::softmax_inplace(&mut w);
+            }
             if self.norm_weights {
                 // ggml_sum_rows (f64 accumulation), clamped to the smallest normal f16.
                 let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
@@ -279,9 +333,11 @@ impl Moe {
             let gm = self.gate.matrix(ex)?;
             g.resize(m * gm.rows(), 0.0);
             matmul_expert(pass.pool, &gm, &xs, m, &mut g)?;
+            add_bias(&mut g, self.gate.bias(ex));
             let um = self.up.matrix(ex)?;
             u.resize(m * um.rows(), 0.0);
             matmul_expert(pass.pool, &um, &xs, m, &mut u)?;
+            add_bias(&mut u, self.up.bias(ex));
             self.act.apply(&mut g, &u);
             if let Some(o) = &pass.observer {
                 o.expert_matmul(self.down.name(), ex, ne, &reorder(&g), &slots);
@@ -289,6 +345,7 @@ impl Moe {
             let dm = self.down.matrix(ex)?;
             d.resize(m * e, 0.0);
             matmul_expert(pass.pool, &dm, &g, m, &mut d)?;
+            add_bias(&mut d, self.down.bias(ex));
             for (r, &(ts, wt)) in toks.iter().enumerate() {
                 for (o, s) in weighted[ts * e..(ts + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
                     *o = s * wt;

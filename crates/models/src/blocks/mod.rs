@@ -36,11 +36,11 @@ mod norm;
 
 use std::sync::Arc;
 
-pub use attention::{attend, attend_softcap, Attention, AttentionScratch, Heads, SeqKv, SeqView};
+pub use attention::{attend, attend_softcap, attend_with, Attention, AttentionScratch, Heads, Scores, SeqKv, SeqView};
 pub use delta_net::{
     dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState, SeqRs,
 };
-pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Moe};
+pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Gating, Moe};
 pub use linear::{Embedding, Linear};
 pub use norm::RmsNorm;
 
