@@ -65,7 +65,8 @@ impl Rope {
                 let y = ((i0 / 2) as f32 - self.corr_dims[0]) / (self.corr_dims[1] - self.corr_dims[0]).max(0.001);
                 let ramp = 1.0 - y.clamp(0.0, 1.0);
                 let mix = ramp * self.ext_factor;
-                th = theta_interp * (1.0 - mix) + theta_extrap * mix;
+                // contracted as GCC builds ggml-cpu: the first product is fused
+                th = theta_interp.mul_add(1.0 - mix, theta_extrap * mix);
                 mscale *= 1.0 + 0.1 * (1.0 / self.freq_scale).ln();
             }
             out[i0] = th.cos() * mscale;

@@ -520,9 +520,11 @@ pub struct Scores<'a> {
 }
 
 /// A row's accumulator `acc` (f32), maximum `m` and sum `s` after one sink logit `sink`
-/// (ggml-cpu's `sinks` step of `flash_attn_ext_f16`).
+/// (ggml-cpu's `sinks` step of `flash_attn_ext_f16`). GCC contracts `S*ms + vs` into one
+/// FMA in the tiled kernel (`fused`) and not in the one-chunk one — measured against
+/// libggml-cpu: the other choice moves the last bit wherever the sink is the new maximum.
 #[inline]
-fn add_sink(sink: f32, m: &mut f32, s: &mut f32, acc: &mut [f32]) {
+fn add_sink(sink: f32, m: &mut f32, s: &mut f32, acc: &mut [f32], fused: bool) {
     let (mut ms, mut vs) = (1.0f32, 1.0f32);
     if sink > *m {
         ms = (*m - sink).exp();
@@ -531,7 +533,7 @@ fn add_sink(sink: f32, m: &mut f32, s: &mut f32, acc: &mut [f32]) {
     } else {
         vs = (sink - *m).exp();
     }
-    *s = s.mul_add(ms, vs); // contracted as in ggml-cpu
+    *s = if fused { s.mul_add(ms, vs) } else { *s * ms + vs };
 }
 
 /// [`attend`] with every score option ([`Scores`]: scale, soft-cap, window, sinks).
@@ -696,7 +698,7 @@ fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry<'_>, seqs: &[SeqView<'_>], q:
             sc.acc.extend(sc.acc16.iter().map(|v| v.to_f32()));
             if let Some(sk) = sinks.filter(|_| c == 0) {
                 for h in 0..group {
-                    add_sink(sk[kvh * group + h], &mut sc.m[h], &mut sc.s[h], &mut sc.acc[h * hv..(h + 1) * hv]);
+                    add_sink(sk[kvh * group + h], &mut sc.m[h], &mut sc.s[h], &mut sc.acc[h * hv..(h + 1) * hv], false);
                 }
             }
             if chunk > pos {
@@ -896,7 +898,7 @@ impl ChunkRow {
             }
         }
         if let Some(sk) = sink {
-            add_sink(sk, &mut self.m, &mut self.s, &mut self.acc);
+            add_sink(sk, &mut self.m, &mut self.s, &mut self.acc, false);
         }
         let inv = if self.s == 0.0 { 0.0 } else { 1.0 / self.s };
         for (o, v) in out.iter_mut().zip(&self.acc) {
@@ -1158,7 +1160,7 @@ fn attend_tiled(
         for i in 0..r {
             let k = h * r + i;
             if let Some(sk) = sinks {
-                add_sink(sk[head + h], &mut m[k], &mut s[k], &mut acc[k * hv..(k + 1) * hv]);
+                add_sink(sk[head + h], &mut m[k], &mut s[k], &mut acc[k * hv..(k + 1) * hv], true);
             }
             let inv = if s[k] == 0.0 { 0.0 } else { 1.0 / s[k] };
             let t = rows.start + i;
