@@ -532,6 +532,37 @@ pub const FAMILIES: &[Family] = &[
         ],
     },
     Family {
+        name: "mistral3",
+        arch: "mistral3",
+        layout: "Ministral-3-3B (3072 wide, 32 heads / 8 KV heads of 128, FFN 9216, rope base 1e6 with YaRN x16 from \
+                 16384 (log multiplier 1), attention temperature 0.1, tied output), Llama 3 BPE vocab (tekken is not \
+                 among the fixtures)",
+        moe: false,
+        vocab: VocabSource::Fixture("llama-bpe"),
+        n_layer: 3,
+        n_embd: 3072,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 9216,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-5,
+        ctx: 262_144,
+        features: &[Feature::HeadDimKeys, Feature::RopeDimKey],
+        kv: &[
+            ("rope.scaling.type", Kv::Str("yarn")),
+            ("rope.scaling.factor", Kv::F32(16.0)),
+            ("rope.scaling.original_context_length", Kv::U32(16384)),
+            ("rope.scaling.yarn_log_multiplier", Kv::F32(1.0)),
+            ("rope.scaling.yarn_beta_fast", Kv::F32(32.0)),
+            ("rope.scaling.yarn_beta_slow", Kv::F32(1.0)),
+            ("attention.temperature_scale", Kv::F32(0.1)),
+        ],
+    },
+    Family {
         name: "gemma2",
         arch: "gemma2",
         layout: "gemma-2-2b (2304 wide, 8 heads / 4 KV heads of 256, FFN 9216, rope base 10000, tied output; \

@@ -40,6 +40,9 @@ pub struct Hparams {
     pub rope_yarn_log_mul: f32,
     /// `rope.scaling.attn_factor`.
     pub rope_attn_factor: f32,
+    /// YaRN's `beta_fast` / `beta_slow` (`rope.scaling.yarn_beta_fast`/`_slow`; llama.cpp's
+    /// defaults 32 and 1).
+    pub rope_yarn_beta: (f32, f32),
     /// Experts (0 = dense).
     pub n_expert: usize,
     /// Experts used per token.
@@ -125,6 +128,10 @@ impl Hparams {
             n_ctx_orig,
             rope_yarn_log_mul: ld.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0),
             rope_attn_factor: ld.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
+            rope_yarn_beta: (
+                ld.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+                ld.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+            ),
             n_expert,
             n_expert_used,
             n_ff_exp,
@@ -155,7 +162,13 @@ impl Hparams {
             freq_scale,
             ext_factor,
             attn_factor,
-            corr_dims: yarn_corr_dims(self.n_rot, self.n_ctx_orig, freq_base, 32.0, 1.0),
+            corr_dims: yarn_corr_dims(
+                self.n_rot,
+                self.n_ctx_orig,
+                freq_base,
+                self.rope_yarn_beta.0,
+                self.rope_yarn_beta.1,
+            ),
             freq_factors,
         }
     }

@@ -91,6 +91,8 @@ pub struct Spec {
     pub attn_sinks: bool,
     /// How a MoE router's logits become expert weights.
     pub moe_gating: Gating,
+    /// Llama 4's attention temperature `(β, L)` on the queries ([`Attention::temperature`]).
+    pub attn_temperature: Option<(f32, u32)>,
 }
 
 impl Spec {
@@ -121,6 +123,7 @@ impl Spec {
             ffn_norm_tensor: "ffn_norm",
             attn_sinks: false,
             moe_gating: Gating::Softmax,
+            attn_temperature: None,
         }
     }
 }
@@ -226,6 +229,7 @@ impl Transformer {
             attn.scale = spec.attn_scale.unwrap_or(attn.scale);
             attn.scale_q = spec.scale_q;
             attn.softcap = spec.attn_softcap;
+            attn.temperature = spec.attn_temperature;
             if spec.attn_sinks {
                 attn.sinks = Some(ld.vector(&n("attn_sinks.weight"), hp.n_head as u64)?);
             }

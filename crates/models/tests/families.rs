@@ -134,6 +134,44 @@ fn gpt_oss_bad_input_is_named() {
     assert!(err.contains("gpt-oss.expert_used_count = 5"), "{err}");
 }
 
+// ---- mistral3 ----
+
+#[test]
+fn mistral3_is_llama_until_the_attention_temperature_acts() {
+    let tokens = [3u32, 14, 15, 9, 26, 5, 31, 2];
+    let (arch, v, m3) = logits_of(&Tiny::new("mistral3"), &[], &tokens);
+    assert_eq!(arch, "mistral3");
+    let (_, _, llama) = logits_of(&Tiny::new("llama"), &[], &tokens);
+    assert_eq!(m3, llama, "without a temperature mistral3 is the llama block");
+    // β 0.5 over L = 3: rows at positions 0..3 are scaled by 1, later ones by more
+    let temp = [
+        ("mistral3.attention.temperature_scale", Value::F32(0.5)),
+        ("mistral3.rope.scaling.original_context_length", Value::U32(3)),
+    ];
+    let (_, _, warm) = logits_of(&Tiny::new("mistral3"), &temp, &tokens);
+    assert_eq!(warm[..3 * v], llama[..3 * v]);
+    assert!(rows_differ(&warm[3 * v..], &llama[3 * v..]));
+    // llama.cpp's factor: log(floor(p / L) + 1)·β + 1
+    use gguf_models::blocks::temperature;
+    assert_eq!(temperature(16383, 0.1, 16384), 1.0);
+    assert_eq!(temperature(16384, 0.1, 16384), (2f64.ln() * 0.1f32 as f64 + 1.0) as f32);
+    assert_eq!(temperature(3 * 16384 + 5, 0.1, 16384), (4f64.ln() * 0.1f32 as f64 + 1.0) as f32);
+}
+
+#[test]
+fn mistral3_bad_input_is_named() {
+    let err = load_error(&Tiny::new("mistral3"), Some("blk.1.ffn_norm.weight"), &[]);
+    assert!(err.contains("blk.1.ffn_norm.weight"), "{err}");
+    let err = load_error(&Tiny::new("mistral3"), None, &[("mistral3.rope.dimension_count", Value::U32(8))]);
+    assert!(err.contains("rope dims 8"), "{err}");
+    let bad = [
+        ("mistral3.attention.temperature_scale", Value::F32(0.1)),
+        ("mistral3.rope.scaling.original_context_length", Value::U32(0)),
+    ];
+    let err = load_error(&Tiny::new("mistral3"), None, &bad);
+    assert!(err.contains("mistral3.rope.scaling.original_context_length"), "{err}");
+}
+
 // ---- granite ----
 
 fn granite_keys(logit: f32) -> Vec<(&'static str, Value)> {
@@ -720,7 +758,7 @@ fn phi3_bad_input_is_named() {
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35", "qwen35moe", "gemma4", "gpt-oss"] {
+    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35", "qwen35moe", "gemma4", "gpt-oss", "mistral3"] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());

@@ -166,6 +166,7 @@ fn read_hparams(ld: &Loader<'_>) -> Result<Hparams> {
         n_ctx_orig: ld.opt_u32("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train as u32),
         rope_yarn_log_mul: 0.0,
         rope_attn_factor: ld.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
+        rope_yarn_beta: (32.0, 1.0),
         n_expert,
         n_expert_used: ld.opt_u32("expert_used_count")?.unwrap_or(0) as usize,
         n_ff_exp: 0,
@@ -357,6 +358,7 @@ impl Gemma4 {
                     v_norm: None,
                     v_from_k,
                     sinks: None,
+                    temperature: None,
                 }
             };
             attn.scale = 1.0;

@@ -8,6 +8,7 @@ mod gemma4;
 mod gpt_oss;
 mod granite;
 mod llama;
+mod mistral3;
 mod olmo2;
 mod phi3;
 mod qwen2;

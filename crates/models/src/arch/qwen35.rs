@@ -293,6 +293,7 @@ fn gated_attention(ld: &Loader<'_>, il: usize, hp: &Hparams, heads: Heads, scale
         v_norm: None,
         v_from_k: false,
         sinks: None,
+        temperature: None,
     })
 }
 

@@ -119,6 +119,10 @@ pub struct Attention {
     /// Attention sinks, one logit per query head (gpt-oss's `attn_sinks`): each head's
     /// softmax counts one more term, `exp(sink)`, with no value row.
     pub sinks: Option<Vec<f32>>,
+    /// Llama 4's attention temperature `(β, L)` (`attention.temperature_scale`, the YaRN
+    /// original context as `L`: mistral3): after rope each query row at position `p` is
+    /// multiplied by `ln(⌊p / L⌋ + 1)·β + 1` — 1 below `L`.
+    pub temperature: Option<(f32, u32)>,
 }
 
 impl Attention {
@@ -155,6 +159,7 @@ impl Attention {
             v_norm: None,
             v_from_k: false,
             sinks: None,
+            temperature: None,
         })
     }
 
@@ -207,6 +212,7 @@ impl Attention {
             v_norm: None,
             v_from_k: false,
             sinks: None,
+            temperature: None,
         })
     }
 
@@ -288,6 +294,16 @@ impl Attention {
                     self.rope.apply(rc, hq);
                 }
             }
+        }
+        if let Some((beta, len)) = self.temperature {
+            for &(row0, n, pos0) in seqs {
+                for t in 0..n {
+                    let r = row0 + t;
+                    let f = temperature(pos0 + t, beta, len);
+                    q[r * nh * hk..(r + 1) * nh * hk].iter_mut().for_each(|x| *x *= f);
+                }
+            }
+            dump(&format!("Qcur_attn_temp_scaled-{il}"), q);
         }
         let mut scale = self.scale;
         if self.scale_q {
@@ -411,6 +427,13 @@ impl Attention {
         add_bias(out, self.wo.bias());
         Ok(())
     }
+}
+
+/// llama.cpp's `llm_graph_input_attn_temp` factor at `pos`: `log(floor(pos / len) + 1) · β + 1`,
+/// the quotient in f32, the rest in f64 (as `std::log` of a double), stored as f32.
+pub fn temperature(pos: usize, beta: f32, len: u32) -> f32 {
+    let q = (pos as f32 / len as f32).floor();
+    ((q as f64 + 1.0).ln() * beta as f64 + 1.0) as f32
 }
 
 /// The width of the Walsh–Hadamard rotation llama.cpp applies around a quantized cache

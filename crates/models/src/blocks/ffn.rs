@@ -37,13 +37,7 @@ impl Activation {
                 // ggml_compute_forward_swiglu_oai_f32: scalar, libm expf
                 for (g, &u) in gate.iter_mut().zip(up) {
                     let x = if OAI_LIMIT < *g { OAI_LIMIT } else { *g };
-                    let y = if u < -OAI_LIMIT {
-                        -OAI_LIMIT
-                    } else if OAI_LIMIT < u {
-                        OAI_LIMIT
-                    } else {
-                        u
-                    };
+                    let y = u.clamp(-OAI_LIMIT, OAI_LIMIT); // std::clamp for any non-NaN
                     let glu = x / (1.0 + (OAI_ALPHA * -x).exp());
                     *g = glu * (y + 1.0);
                 }

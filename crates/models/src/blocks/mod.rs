@@ -36,7 +36,9 @@ mod norm;
 
 use std::sync::Arc;
 
-pub use attention::{attend, attend_softcap, attend_with, Attention, AttentionScratch, Heads, Scores, SeqKv, SeqView};
+pub use attention::{
+    attend, attend_softcap, attend_with, temperature, Attention, AttentionScratch, Heads, Scores, SeqKv, SeqView,
+};
 pub use delta_net::{
     dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState, SeqRs,
 };
