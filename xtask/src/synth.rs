@@ -318,6 +318,8 @@ pub enum Kv {
     Bools(&'static [bool]),
     /// A string.
     Str(&'static str),
+    /// A bool.
+    Bool(bool),
 }
 
 /// What sets a family's file apart from the plain llama layout.
@@ -364,6 +366,11 @@ pub enum Feature {
     /// `post_attention_norm` in place of `ffn_norm`, a biased router and MXFP4 experts with
     /// per-expert biases.
     GptOss,
+    /// GLM-4.5's MoE layers: the first `leading_dense_block_count` layers dense, the others
+    /// a sigmoid router with `exp_probs_b.bias` and routed plus `expert_shared_count`
+    /// shared experts (`ffn_*_shexp`); `post_attention_norm` in place of `ffn_norm`;
+    /// `block_count` also counts `nextn_predict_layers` (no tensors written for them).
+    Glm4Moe,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -560,6 +567,39 @@ pub const FAMILIES: &[Family] = &[
             ("rope.scaling.yarn_beta_fast", Kv::F32(32.0)),
             ("rope.scaling.yarn_beta_slow", Kv::F32(1.0)),
             ("attention.temperature_scale", Kv::F32(0.1)),
+        ],
+    },
+    Family {
+        name: "glm4moe",
+        arch: "glm4moe",
+        layout: "GLM-4.5-Air (4096 wide, 96 heads / 8 KV heads of 128, Q/K/V biases, NeoX rope on 64 of 128 dims, \
+                 base 1e6; layer 0 dense (FFN 10944), layers 1-2 MoE: sigmoid router with selection bias, 8 of 64 \
+                 experts instead of 128, expert FFN 256 instead of 1408, one shared expert, weights renormalized and \
+                 scaled by 2.5 (GLM-4.5's); one MTP block counted in block_count, untied output), GPT-2 vocab \
+                 (GLM's 151k tokenizer is not among the fixtures; a small one keeps the 4096-wide file small)",
+        moe: true,
+        vocab: VocabSource::Fixture("gpt-2"),
+        n_layer: 3,
+        n_embd: 4096,
+        n_head: 96,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 10944,
+        n_expert: 64,
+        n_expert_used: 8,
+        n_ff_exp: 256,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-5,
+        ctx: 131_072,
+        features: &[Feature::QkvBias, Feature::HeadDimKeys, Feature::Output, Feature::Glm4Moe],
+        kv: &[
+            ("rope.dimension_count", Kv::U32(64)),
+            ("leading_dense_block_count", Kv::U32(1)),
+            ("expert_shared_count", Kv::U32(1)),
+            ("expert_weights_norm", Kv::Bool(true)),
+            ("expert_weights_scale", Kv::F32(2.5)),
+            ("expert_gating_func", Kv::U32(2)),
+            ("nextn_predict_layers", Kv::U32(1)),
         ],
     },
     Family {
@@ -935,7 +975,8 @@ pub fn write_family_types(
         format!("synthetic {} (gguf-engine xtask synth families v{FAMILY_VERSION}, seed {seed:#x})", fam.name),
     );
     w.add_kv("general.file_type", 7u32); // mostly Q8_0
-    w.add_kv(&k("block_count"), fam.n_layer as u32);
+    let nextn = fam_u32(fam, "nextn_predict_layers").unwrap_or(0);
+    w.add_kv(&k("block_count"), (fam.n_layer as u64 + nextn) as u32);
     w.add_kv(&k("context_length"), fam.ctx);
     w.add_kv(&k("embedding_length"), fam.n_embd as u32);
     w.add_kv(&k("feed_forward_length"), fam.n_ff as u32);
@@ -964,6 +1005,7 @@ pub fn write_family_types(
             Kv::I32s(x) => w.add_kv(&k(key), gguf_format::Array::I32(x.to_vec())),
             Kv::Bools(x) => w.add_kv(&k(key), gguf_format::Array::Bool(x.to_vec())),
             Kv::Str(x) => w.add_kv(&k(key), x),
+            Kv::Bool(x) => w.add_kv(&k(key), x),
         };
     }
     for (key, value) in tok.metadata().iter() {
@@ -1027,19 +1069,29 @@ pub fn write_family_types(
         if fam.has(Feature::PostNorms) {
             b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
-        if fam.has(Feature::GptOss) {
+        if fam.has(Feature::GptOss) || fam.has(Feature::Glm4Moe) {
             b.tensor(&p("post_attention_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         } else if !fam.has(Feature::NoPreNorms) {
             b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
-        if fam.n_expert > 0 {
+        let dense_lead = fam_u32(fam, "leading_dense_block_count").unwrap_or(0) as usize;
+        let moe_layer = fam.n_expert > 0 && il >= dense_lead;
+        if moe_layer {
             routed_experts(&mut b, &mut types, &p, fam)?;
         }
-        if fam.n_ff > 0 && fam.has(Feature::FusedUp) {
+        if moe_layer && fam.has(Feature::Glm4Moe) {
+            b.tensor(&p("exp_probs_b.bias"), &[fam.n_expert], "f32", 0.0, 0.05)?;
+            let fs = fam.n_ff_exp * fam_u32(fam, "expert_shared_count")?;
+            b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_up_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_down_shexp.weight"), &[fs, e], types.next(fs), 0.0, s(fs))?;
+        }
+        let dense_here = fam.n_ff > 0 && (fam.n_expert == 0 || !moe_layer);
+        if dense_here && fam.has(Feature::FusedUp) {
             let f = fam.n_ff;
             b.tensor(&p("ffn_up.weight"), &[e, 2 * f], types.next(e), 0.0, s(e))?;
             b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
-        } else if fam.n_ff > 0 {
+        } else if dense_here {
             let f = fam.n_ff;
             b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
             b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;

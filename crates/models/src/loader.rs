@@ -114,6 +114,17 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// An optional bool (llama.cpp's `get_key` into a `bool`: a bool or an integer, ≠ 0).
+    pub fn opt_bool(&self, suffix: &str) -> Result<Option<bool>> {
+        match self.value(suffix) {
+            None => Ok(None),
+            Some((key, v)) => match v.as_bool().or_else(|| v.as_u64().map(|x| x != 0)) {
+                Some(b) => Ok(Some(b)),
+                None => Err(Error::BadKey { key, msg: format!("expected a bool, found {}", v.value_type().name()) }),
+            },
+        }
+    }
+
     /// A required unsigned integer.
     pub fn u32(&self, suffix: &str) -> Result<u32> {
         self.opt_u32(suffix)?.ok_or_else(|| Error::MissingKey(self.key(suffix)))

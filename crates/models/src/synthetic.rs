@@ -53,7 +53,7 @@ impl Tiny {
             n_ff: 96,
             n_vocab: 50,
             q8: false,
-            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss") { 4 } else { 0 },
+            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss" | "glm4moe") { 4 } else { 0 },
             tokenizer: false,
             seed: 42,
         }
@@ -100,6 +100,12 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
         w.add_kv(&format!("{a}.expert_count"), t.n_expert as u32);
         w.add_kv(&format!("{a}.expert_used_count"), 2u32);
         w.add_kv(&format!("{a}.expert_feed_forward_length"), t.n_ff as u32);
+    }
+    if a == "glm4moe" {
+        // layer 0 dense, the others MoE with one shared expert
+        w.add_kv(&format!("{a}.expert_shared_count"), 1u32);
+        w.add_kv(&format!("{a}.leading_dense_block_count"), 1u32);
+        w.add_kv(&format!("{a}.expert_weights_norm"), true);
     }
     if a == "gemma3" || a == "gpt-oss" {
         w.add_kv(&format!("{a}.attention.sliding_window"), 4u32);
@@ -150,7 +156,9 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
         add(n("attn_v.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
         add(n("attn_output.weight"), vec![hd * t.n_head, e], 0.2, false)?;
         let oss = a == "gpt-oss";
-        add(n(if oss { "post_attention_norm.weight" } else { "ffn_norm.weight" }), vec![e], 0.1, true)?;
+        let glm = a == "glm4moe";
+        let pre_ffn = if oss || glm { "post_attention_norm.weight" } else { "ffn_norm.weight" };
+        add(n(pre_ffn), vec![e], 0.1, true)?;
         if oss {
             add(n("attn_q.bias"), vec![hd * t.n_head], 0.1, false)?;
             add(n("attn_k.bias"), vec![hd * t.n_head_kv], 0.1, false)?;
@@ -175,7 +183,13 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("post_attention_norm.weight"), vec![e], 0.1, true)?;
             add(n("post_ffw_norm.weight"), vec![e], 0.1, true)?;
         }
-        if t.n_expert > 0 {
+        if t.n_expert > 0 && !(glm && il == 0) {
+            if glm {
+                add(n("exp_probs_b.bias"), vec![t.n_expert], 0.1, false)?;
+                add(n("ffn_gate_shexp.weight"), vec![e, t.n_ff], 0.2, false)?;
+                add(n("ffn_up_shexp.weight"), vec![e, t.n_ff], 0.2, false)?;
+                add(n("ffn_down_shexp.weight"), vec![t.n_ff, e], 0.2, false)?;
+            }
             add(n("ffn_gate_inp.weight"), vec![e, t.n_expert], 0.5, false)?;
             add(n("ffn_gate_exps.weight"), vec![e, t.n_ff, t.n_expert], 0.2, false)?;
             add(n("ffn_up_exps.weight"), vec![e, t.n_ff, t.n_expert], 0.2, false)?;

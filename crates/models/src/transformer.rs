@@ -93,6 +93,15 @@ pub struct Spec {
     pub moe_gating: Gating,
     /// Llama 4's attention temperature `(β, L)` on the queries ([`Attention::temperature`]).
     pub attn_temperature: Option<(f32, u32)>,
+    /// In a MoE model, the first layers with a dense FFN (`leading_dense_block_count`).
+    pub dense_lead: usize,
+    /// Shared experts of each MoE layer (`expert_shared_count`): one SwiGLU FFN
+    /// `ffn_{gate,up,down}_shexp`, `n_shared · expert_feed_forward_length` wide, whose
+    /// output is added to the routed experts'.
+    pub n_shared_experts: usize,
+    /// The layers to run, where the file's `block_count` also counts layers that are not
+    /// part of the forward pass (glm4moe's multi-token-prediction `nextn_predict_layers`).
+    pub n_layer: Option<usize>,
 }
 
 impl Spec {
@@ -124,6 +133,9 @@ impl Spec {
             attn_sinks: false,
             moe_gating: Gating::Softmax,
             attn_temperature: None,
+            dense_lead: 0,
+            n_shared_experts: 0,
+            n_layer: None,
         }
     }
 }
@@ -135,6 +147,8 @@ struct Layer {
     post_attn_norm: Option<RmsNorm>,
     ffn_norm: Option<RmsNorm>,
     ffn: Ffn,
+    /// Shared experts, added to `ffn`'s output.
+    shared: Option<GatedFfn>,
     post_ffn_norm: Option<RmsNorm>,
 }
 
@@ -155,8 +169,15 @@ impl Transformer {
     /// Loads the weights described by `hp` and `spec` (tensor names as llama.cpp's
     /// `LLM_TENSOR_NAMES`).
     /// `file` is a plain GGUF file or a shard set ([`SplitGguf::open`] opens either).
-    pub fn load(file: Arc<SplitGguf>, arch: &str, hp: Hparams, spec: Spec) -> Result<Transformer> {
+    pub fn load(file: Arc<SplitGguf>, arch: &str, mut hp: Hparams, spec: Spec) -> Result<Transformer> {
         let ld = Loader::with_shared(&file, arch);
+        if let Some(n) = spec.n_layer {
+            if n == 0 || n > hp.n_layer {
+                return Err(Error::Invalid(format!("{n} layers to run of the file's {}", hp.n_layer)));
+            }
+            hp.n_layer = n;
+            hp.n_ff.truncate(n);
+        }
         let e = hp.n_embd;
         let eps = hp.rms_eps;
         let mut tok_embd = Embedding::load(&ld, "token_embd.weight", e)?;
@@ -181,7 +202,8 @@ impl Transformer {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for il in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
-            let mut ffn = if hp.n_expert > 0 {
+            let mut shared = None;
+            let mut ffn = if hp.n_expert > 0 && il >= spec.dense_lead {
                 if hp.n_expert_used == 0 {
                     return Err(Error::MissingKey(ld.key("expert_used_count")));
                 }
@@ -191,6 +213,17 @@ impl Transformer {
                 m.weights_scale = hp.expert_weights_scale;
                 m.act = spec.activation;
                 m.gating = spec.moe_gating;
+                if spec.n_shared_experts > 0 {
+                    let fs = ff * spec.n_shared_experts;
+                    let n = |s: &str| format!("blk.{il}.{s}");
+                    shared = Some(GatedFfn {
+                        gate: Linear::load(&ld, &n("ffn_gate_shexp"), e, fs)?,
+                        up: Linear::load(&ld, &n("ffn_up_shexp"), e, fs)?,
+                        down: Linear::load(&ld, &n("ffn_down_shexp"), fs, e)?,
+                        act: spec.activation,
+                        fused: None,
+                    });
+                }
                 Ffn::Moe(m)
             } else {
                 if hp.n_ff[il] == 0 {
@@ -239,7 +272,10 @@ impl Transformer {
             let post_ffn_norm = post("post_ffw_norm.weight")?;
             attn.repack()?;
             ffn.repack()?;
-            layers.push(Layer { attn_norm, attn, post_attn_norm, ffn_norm, ffn, post_ffn_norm });
+            if let Some(s) = &mut shared {
+                s.repack()?;
+            }
+            layers.push(Layer { attn_norm, attn, post_attn_norm, ffn_norm, ffn, shared, post_ffn_norm });
         }
         Ok(Transformer { arch: arch.to_string(), hp, spec, tok_embd, output, output_norm, layers })
     }
@@ -372,6 +408,11 @@ impl Transformer {
             norm_or_copy(layer.ffn_norm.as_ref(), &x, h);
             dump(&format!("ffn_norm-{il}"), h);
             layer.ffn.forward(&pass, il, h, &seq_rows, ffn, a)?;
+            if let Some(sh) = &layer.shared {
+                sh.forward(&pass, il, h, ffn, tmp)?;
+                dump(&format!("ffn_shexp-{il}"), tmp);
+                ops::add_inplace(a, tmp);
+            }
             dump(&format!("ffn_out-{il}"), a);
             if let Some(w) = &layer.post_ffn_norm {
                 w.forward_inplace(a, tmp);

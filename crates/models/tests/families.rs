@@ -172,6 +172,59 @@ fn mistral3_bad_input_is_named() {
     assert!(err.contains("mistral3.rope.scaling.original_context_length"), "{err}");
 }
 
+// ---- glm4moe ----
+
+#[test]
+fn glm4moe_runs_its_dense_and_moe_layers_and_decodes_incrementally() {
+    let t = Tiny::new("glm4moe");
+    let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
+    let (arch, v, all) = logits_of(&t, &[], &tokens);
+    assert_eq!(arch, "glm4moe");
+    let (_d, p) = tmp("glm4moe.gguf");
+    write(&t, &p, None, &[]).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    assert!(model.describe().contains("glm4moe: 2 layers"), "{}", model.describe());
+    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
+    for (i, &tok) in tokens.iter().enumerate() {
+        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
+        let row = &all[i * v..(i + 1) * v];
+        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 2e-2, "position {i}: {diff}");
+    }
+    // the selection bias and the weight scale take part
+    let (_, _, scaled) = logits_of(&t, &[("glm4moe.expert_weights_scale", Value::F32(2.5))], &tokens);
+    assert!(rows_differ(&all, &scaled));
+    // a last multi-token-prediction block is not run: 3 blocks with 1 MTP block is the 2-layer model
+    // whose layer 1 is the last one run (the file has no blk.2 tensors)
+    let mut three = Tiny::new("glm4moe");
+    three.n_layer = 3;
+    let (_, _, mtp) = logits_of(
+        &Tiny::new("glm4moe"),
+        &[("glm4moe.block_count", Value::U32(3)), ("glm4moe.nextn_predict_layers", Value::U32(1))],
+        &tokens,
+    );
+    assert_eq!(mtp, all);
+    let (_, _, full) = logits_of(&three, &[], &tokens);
+    assert!(rows_differ(&full, &all));
+}
+
+#[test]
+fn glm4moe_bad_input_is_named() {
+    let t = Tiny::new("glm4moe");
+    let err = load_error(&t, Some("blk.1.exp_probs_b.bias"), &[]);
+    assert!(err.contains("blk.1.exp_probs_b.bias"), "{err}");
+    let err = load_error(&t, Some("blk.1.ffn_up_shexp.weight"), &[]);
+    assert!(err.contains("blk.1.ffn_up_shexp.weight"), "{err}");
+    let err = load_error(&t, Some("blk.0.ffn_gate.weight"), &[]);
+    assert!(err.contains("blk.0.ffn_gate.weight"), "{err}");
+    let err = load_error(&t, None, &[("glm4moe.nextn_predict_layers", Value::U32(2))]);
+    assert!(err.contains("glm4moe.nextn_predict_layers"), "{err}");
+    let err = load_error(&t, None, &[("glm4moe.expert_gating_func", Value::U32(9))]);
+    assert!(err.contains("glm4moe.expert_gating_func"), "{err}");
+    let err = load_error(&t, None, &[("glm4moe.expert_count", Value::U32(0))]);
+    assert!(err.contains("glm4moe.expert_count"), "{err}");
+}
+
 // ---- granite ----
 
 fn granite_keys(logit: f32) -> Vec<(&'static str, Value)> {
@@ -758,7 +811,19 @@ fn phi3_bad_input_is_named() {
 #[test]
 fn every_family_is_registered_once() {
     let names: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    for n in ["smollm3", "granite", "olmo2", "gemma2", "phi3", "qwen35", "qwen35moe", "gemma4", "gpt-oss", "mistral3"] {
+    for n in [
+        "smollm3",
+        "granite",
+        "olmo2",
+        "gemma2",
+        "phi3",
+        "qwen35",
+        "qwen35moe",
+        "gemma4",
+        "gpt-oss",
+        "mistral3",
+        "glm4moe",
+    ] {
         assert_eq!(names.iter().filter(|&&x| x == n).count(), 1, "{names:?}");
     }
     assert!(gguf_models::registry_problems().problems.is_empty());

@@ -5,6 +5,7 @@
 mod gemma2;
 mod gemma3;
 mod gemma4;
+mod glm4moe;
 mod gpt_oss;
 mod granite;
 mod llama;

@@ -54,6 +54,10 @@ pub enum Gating {
     Softmax,
     /// The top k of the raw logits, then a softmax over those k (`SOFTMAX_WEIGHT`: gpt-oss).
     SoftmaxWeight,
+    /// A sigmoid of every logit (`SIGMOID`: GLM-4.5, DeepSeek-V3); the top k chosen on
+    /// the sigmoids plus the router's selection bias ([`Moe::selection_bias`]), weighted
+    /// by the unbiased sigmoids.
+    Sigmoid,
 }
 
 /// `down(act(gate(x)) * up(x))` with optional biases (llama.cpp's `build_ffn` with
@@ -225,6 +229,9 @@ pub struct Moe {
     pub act: Activation,
     /// How the router's logits become weights.
     pub gating: Gating,
+    /// Added to the probabilities for choosing the experts only (`exp_probs_b.bias`,
+    /// DeepSeek-V3's correction bias), not to their weights.
+    pub selection_bias: Option<Vec<f32>>,
 }
 
 impl Moe {
@@ -247,6 +254,7 @@ impl Moe {
             weights_scale: 1.0,
             act: Activation::Silu,
             gating: Gating::Softmax,
+            selection_bias: ld.opt_vector(&n("exp_probs_b.bias"), n_expert as u64)?,
         })
     }
 
@@ -262,14 +270,25 @@ impl Moe {
         // renormalization and scale.
         let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
         let mut idx: Vec<usize> = Vec::with_capacity(ne);
+        let mut sel_probs: Vec<f32> = Vec::with_capacity(ne);
         for t in 0..n {
             let p = &mut logits[t * ne..(t + 1) * ne];
-            if self.gating == Gating::Softmax {
-                ops::softmax_inplace(p);
+            match self.gating {
+                Gating::Softmax => ops::softmax_inplace(p),
+                Gating::Sigmoid => p.iter_mut().for_each(|x| *x = super::sigmoid(*x)),
+                Gating::SoftmaxWeight => {}
             }
+            let chosen: &[f32] = match &self.selection_bias {
+                Some(b) => {
+                    sel_probs.clear();
+                    sel_probs.extend(p.iter().zip(b).map(|(x, y)| x + y));
+                    &sel_probs
+                }
+                None => p,
+            };
             idx.clear();
             idx.extend(0..ne);
-            idx.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+            idx.sort_by(|&a, &b| chosen[b].total_cmp(&chosen[a]).then(a.cmp(&b)));
             let sel = &idx[..k];
             let mut w: Vec<f32> = sel.iter().map(|&i| p[i]).collect();
             if self.gating == Gating::SoftmaxWeight {
