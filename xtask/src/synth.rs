@@ -371,6 +371,11 @@ pub enum Feature {
     /// shared experts (`ffn_*_shexp`); `post_attention_norm` in place of `ffn_norm`;
     /// `block_count` also counts `nextn_predict_layers` (no tensors written for them).
     Glm4Moe,
+    /// LFM2's layers (`write_lfm2_layer`): short convolutions where the family's
+    /// `attention.head_count_kv` array says 0 (`shortconv.{in_proj,conv,out_proj}`,
+    /// `shortconv.l_cache` taps), attention with QK-norm elsewhere; the output norm is
+    /// `token_embd_norm`.
+    Lfm2,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -601,6 +606,29 @@ pub const FAMILIES: &[Family] = &[
             ("expert_gating_func", Kv::U32(2)),
             ("nextn_predict_layers", Kv::U32(1)),
         ],
+    },
+    Family {
+        name: "lfm2",
+        arch: "lfm2",
+        layout: "LFM2-350M (1024 wide; short convolutions of 3 taps on layers 0, 1 and 3 of 4, attention 16 heads / \
+                 8 KV heads of 64 with QK-norm on layer 2 (the model's conv, conv, attention, conv start), FFN 4608, \
+                 rope base 1e6, tied output), Llama 3 BPE vocab (LFM2's 65k tokenizer is not among the fixtures)",
+        moe: false,
+        vocab: VocabSource::Fixture("llama-bpe"),
+        n_layer: 4,
+        n_embd: 1024,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 4608,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-5,
+        ctx: 128_000,
+        features: &[Feature::Lfm2],
+        kv: &[("attention.head_count_kv", Kv::I32s(&[0, 0, 8, 0])), ("shortconv.l_cache", Kv::U32(3))],
     },
     Family {
         name: "gemma2",
@@ -981,7 +1009,9 @@ pub fn write_family_types(
     w.add_kv(&k("embedding_length"), fam.n_embd as u32);
     w.add_kv(&k("feed_forward_length"), fam.n_ff as u32);
     w.add_kv(&k("attention.head_count"), fam.n_head as u32);
-    w.add_kv(&k("attention.head_count_kv"), fam.n_head_kv as u32);
+    if !fam.kv.iter().any(|(key, _)| *key == "attention.head_count_kv") {
+        w.add_kv(&k("attention.head_count_kv"), fam.n_head_kv as u32);
+    }
     if fam.has(Feature::HeadDimKeys) {
         w.add_kv(&k("attention.key_length"), fam.head_dim as u32);
         w.add_kv(&k("attention.value_length"), fam.head_dim as u32);
@@ -1038,6 +1068,10 @@ pub fn write_family_types(
         }
         if fam.has(Feature::DeltaNet) {
             write_hybrid_layer(&mut b, &mut types, fam, il)?;
+            continue;
+        }
+        if fam.has(Feature::Lfm2) {
+            write_lfm2_layer(&mut b, &mut types, fam, il)?;
             continue;
         }
         if !fam.has(Feature::NoPreNorms) {
@@ -1101,7 +1135,8 @@ pub fn write_family_types(
             b.tensor(&p("post_ffw_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
     }
-    b.tensor("output_norm.weight", &[e], "f32", 1.0, 0.1)?;
+    let out_norm = if fam.has(Feature::Lfm2) { "token_embd_norm.weight" } else { "output_norm.weight" };
+    b.tensor(out_norm, &[e], "f32", 1.0, 0.1)?;
     if fam.has(Feature::Output) {
         b.tensor("output.weight", &[e, n_vocab], if e.is_multiple_of(256) { "q6_K" } else { "q8_0" }, 0.0, s_emb)?;
     }
@@ -1203,6 +1238,38 @@ fn write_gemma4_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
 /// One layer of a [`Feature::DeltaNet`] family (`llama_model_qwen35::load_arch_tensors`):
 /// a gated delta net, or every `full_attention_interval`-th layer a gated attention, then
 /// `post_attention_norm` and the SwiGLU FFN.
+/// A [`Feature::Lfm2`] layer: a short convolution or an attention, then the SwiGLU FFN.
+fn write_lfm2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
+    let p = |x: &str| format!("blk.{il}.{x}");
+    let e = fam.n_embd;
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    let kv_heads = match fam.kv.iter().find(|(k, _)| *k == "attention.head_count_kv") {
+        Some((_, Kv::I32s(v))) if v.len() == fam.n_layer => v[il] as u64,
+        _ => bail!("{}: no per-layer attention.head_count_kv", fam.name),
+    };
+    b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if kv_heads == 0 {
+        let l = fam_u32(fam, "shortconv.l_cache")?;
+        b.tensor(&p("shortconv.conv.weight"), &[l, e], "f32", 0.0, 0.5)?;
+        b.tensor(&p("shortconv.in_proj.weight"), &[e, 3 * e], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("shortconv.out_proj.weight"), &[e, e], types.next(e), 0.0, s(e))?;
+    } else {
+        let (q, kv) = (fam.n_head * fam.head_dim, kv_heads * fam.head_dim);
+        b.tensor(&p("attn_q.weight"), &[e, q], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_k.weight"), &[e, kv], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_v.weight"), &[e, kv], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_output.weight"), &[q, e], types.next(q), 0.0, s(q))?;
+        b.tensor(&p("attn_q_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+        b.tensor(&p("attn_k_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
+    }
+    b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    let f = fam.n_ff;
+    b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
+    Ok(())
+}
+
 fn write_hybrid_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
     let p = |x: &str| format!("blk.{il}.{x}");
     let e = fam.n_embd;

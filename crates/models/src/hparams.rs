@@ -56,6 +56,13 @@ pub struct Hparams {
 impl Hparams {
     /// Reads the keys every decoder architecture shares.
     pub fn read(ld: &Loader<'_>) -> Result<Hparams> {
+        Self::read_with(ld, None)
+    }
+
+    /// [`Hparams::read`] with every layer's KV head count `kv_heads` instead of the file's
+    /// `attention.head_count_kv` (a hybrid family whose recurrent layers say 0 there, or
+    /// `None`: the file's).
+    pub fn read_with(ld: &Loader<'_>, kv_heads: Option<u32>) -> Result<Hparams> {
         let n_layer = ld.u32("block_count")? as usize;
         if n_layer == 0 || n_layer > 4096 {
             return Err(Error::BadKey { key: ld.key("block_count"), msg: format!("{n_layer} layers") });
@@ -64,7 +71,10 @@ impl Hparams {
         let heads = ld
             .opt_u32_per_layer("attention.head_count", n_layer)?
             .ok_or_else(|| Error::MissingKey(ld.key("attention.head_count")))?;
-        let heads_kv = ld.opt_u32_per_layer("attention.head_count_kv", n_layer)?.unwrap_or_else(|| heads.clone());
+        let heads_kv = match kv_heads {
+            Some(h) => vec![h; n_layer],
+            None => ld.opt_u32_per_layer("attention.head_count_kv", n_layer)?.unwrap_or_else(|| heads.clone()),
+        };
         let n_head = heads[0] as usize;
         let n_head_kv = heads_kv[0] as usize;
         if heads.iter().any(|&h| h as usize != n_head) || heads_kv.iter().any(|&h| h as usize != n_head_kv) {

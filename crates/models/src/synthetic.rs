@@ -91,7 +91,14 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
     w.add_kv(&format!("{a}.embedding_length"), t.n_embd as u32);
     w.add_kv(&format!("{a}.feed_forward_length"), t.n_ff as u32);
     w.add_kv(&format!("{a}.attention.head_count"), t.n_head as u32);
-    w.add_kv(&format!("{a}.attention.head_count_kv"), t.n_head_kv as u32);
+    if a == "lfm2" {
+        // even layers short convolutions (0 KV heads), odd ones attention
+        let kv: Vec<i32> = (0..t.n_layer).map(|il| if il % 2 == 0 { 0 } else { t.n_head_kv as i32 }).collect();
+        w.add_kv(&format!("{a}.attention.head_count_kv"), Value::Array(Array::I32(kv)));
+        w.add_kv(&format!("{a}.shortconv.l_cache"), 3u32);
+    } else {
+        w.add_kv(&format!("{a}.attention.head_count_kv"), t.n_head_kv as u32);
+    }
     w.add_kv(&format!("{a}.attention.key_length"), t.head as u32);
     w.add_kv(&format!("{a}.attention.value_length"), t.head as u32);
     w.add_kv(&format!("{a}.context_length"), 256u32);
@@ -147,10 +154,21 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
     };
     let (e, hd) = (t.n_embd, t.head);
     add("token_embd.weight".into(), vec![e, t.n_vocab], 1.0, false)?;
-    add("output_norm.weight".into(), vec![e], 0.1, true)?;
+    let lfm2 = a == "lfm2";
+    add(if lfm2 { "token_embd_norm.weight" } else { "output_norm.weight" }.into(), vec![e], 0.1, true)?;
     for il in 0..t.n_layer {
         let n = |s: &str| format!("blk.{il}.{s}");
         add(n("attn_norm.weight"), vec![e], 0.1, true)?;
+        if lfm2 && il % 2 == 0 {
+            add(n("shortconv.conv.weight"), vec![3, e], 0.5, false)?;
+            add(n("shortconv.in_proj.weight"), vec![e, 3 * e], 0.2, false)?;
+            add(n("shortconv.out_proj.weight"), vec![e, e], 0.2, false)?;
+            add(n("ffn_norm.weight"), vec![e], 0.1, true)?;
+            add(n("ffn_gate.weight"), vec![e, t.n_ff], 0.2, false)?;
+            add(n("ffn_up.weight"), vec![e, t.n_ff], 0.2, false)?;
+            add(n("ffn_down.weight"), vec![t.n_ff, e], 0.2, false)?;
+            continue;
+        }
         add(n("attn_q.weight"), vec![e, hd * t.n_head], 0.2, false)?;
         add(n("attn_k.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
         add(n("attn_v.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
@@ -170,7 +188,7 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("ffn_up_exps.bias"), vec![t.n_ff, t.n_expert], 0.1, false)?;
             add(n("ffn_down_exps.bias"), vec![e, t.n_expert], 0.1, false)?;
         }
-        if matches!(a, "qwen3" | "qwen3moe" | "gemma3") {
+        if matches!(a, "qwen3" | "qwen3moe" | "gemma3" | "lfm2") {
             add(n("attn_q_norm.weight"), vec![hd], 0.1, true)?;
             add(n("attn_k_norm.weight"), vec![hd], 0.1, true)?;
         }

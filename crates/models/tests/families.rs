@@ -225,6 +225,50 @@ fn glm4moe_bad_input_is_named() {
     assert!(err.contains("glm4moe.expert_count"), "{err}");
 }
 
+// ---- lfm2 ----
+
+#[test]
+fn lfm2_carries_its_conv_state_and_decodes_incrementally() {
+    let t = Tiny::new("lfm2");
+    let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
+    let (arch, v, all) = logits_of(&t, &[], &tokens);
+    assert_eq!(arch, "lfm2");
+    let (_d, p) = tmp("lfm2.gguf");
+    write(&t, &p, None, &[]).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    assert!(model.describe().contains("1 short convolution of 3 taps, 1 attention"), "{}", model.describe());
+    // token by token (the conv state carries the last two inputs) as in one batch
+    let opts = StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() };
+    let mut st = model.new_state(&opts).unwrap();
+    for (i, &tok) in tokens.iter().enumerate() {
+        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
+        let row = &all[i * v..(i + 1) * v];
+        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 2e-2, "position {i}: {diff}");
+    }
+    // the convolution sees the two tokens before: changing token 0 changes positions 1 and 2
+    // even with the attention layer's view of it, and truncating forgets the state
+    let mut other = tokens;
+    other[0] = 6;
+    let (_, _, changed) = logits_of(&t, &[], &other);
+    assert!(rows_differ(&changed[v..2 * v], &all[v..2 * v]));
+    st.truncate(3);
+    assert_eq!(st.n_past(), 0);
+}
+
+#[test]
+fn lfm2_bad_input_is_named() {
+    let t = Tiny::new("lfm2");
+    for missing in ["blk.0.shortconv.conv.weight", "blk.1.attn_q_norm.weight", "token_embd_norm.weight"] {
+        let err = load_error(&t, Some(missing), &[]);
+        assert!(err.contains(missing), "{missing}: {err}");
+    }
+    let err = load_error(&t, None, &[("lfm2.shortconv.l_cache", Value::U32(1))]);
+    assert!(err.contains("lfm2.shortconv.l_cache"), "{err}");
+    let err = load_error(&t, None, &[("lfm2.attention.head_count_kv", Value::Array(gguf_format::Array::I32(vec![0])))]);
+    assert!(err.contains("lfm2.attention.head_count_kv"), "{err}");
+}
+
 // ---- granite ----
 
 fn granite_keys(logit: f32) -> Vec<(&'static str, Value)> {

@@ -8,6 +8,7 @@ mod gemma4;
 mod glm4moe;
 mod gpt_oss;
 mod granite;
+mod lfm2;
 mod llama;
 mod mistral3;
 mod olmo2;

@@ -255,7 +255,7 @@ impl DeltaNet {
 /// `ggml_ssm_conv` of one sequence's `n` rows of `x` (`ch` channels each, `kernel` holding
 /// `k` taps per channel) after its conv state `past` (`k − 1` inputs per channel, oldest
 /// first), into `y`; `past` becomes the last `k − 1` inputs.
-fn causal_conv(kernel: &[f32], k: usize, ch: usize, x: &[f32], n: usize, past: &mut [f32], y: &mut [f32]) {
+pub fn causal_conv(kernel: &[f32], k: usize, ch: usize, x: &[f32], n: usize, past: &mut [f32], y: &mut [f32]) {
     let p = k - 1;
     let mut win = vec![0f32; p + n];
     for c in 0..ch {

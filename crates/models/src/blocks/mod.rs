@@ -40,7 +40,8 @@ pub use attention::{
     attend, attend_softcap, attend_with, temperature, Attention, AttentionScratch, Heads, Scores, SeqKv, SeqView,
 };
 pub use delta_net::{
-    dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState, SeqRs,
+    causal_conv, dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState,
+    SeqRs,
 };
 pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Gating, Moe};
 pub use linear::{Embedding, Linear};
