@@ -308,6 +308,18 @@ fn human_count(n: u64) -> String {
     }
 }
 
+/// Whether this build runs the file's `general.architecture`, naming the ones it runs
+/// when it does not.
+fn engine_line(md: &Metadata) -> String {
+    let mut known: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
+    known.sort_unstable();
+    match md.get("general.architecture").and_then(|v| v.as_str()) {
+        Some(a) if known.contains(&a) => format!("architecture `{a}` runs in this build"),
+        Some(a) => format!("architecture `{a}` is not one this build runs (it runs: {})", known.join(", ")),
+        None => format!("no general.architecture (this build runs: {})", known.join(", ")),
+    }
+}
+
 /// The human-readable report.
 pub fn to_text(file: &GgufFile, full: bool) -> String {
     let limit = if full { usize::MAX } else { ARRAY_PREVIEW };
@@ -356,6 +368,7 @@ pub fn to_text(file: &GgufFile, full: bool) -> String {
     } else if let Some(e) = view.error() {
         let _ = writeln!(o, "split:     cannot open the whole model ({e}); showing this file only");
     }
+    let _ = writeln!(o, "engine:    {}", engine_line(view.metadata()));
     let _ = writeln!(o, "\nmetadata:");
     let keys: Vec<String> = view.metadata().iter().map(|(k, _)| shown_name(k)).collect();
     let kw = keys.iter().map(|k| k.chars().count()).max().unwrap_or(0).min(MAX_COLUMN);

@@ -63,6 +63,26 @@ fn inspect_text_snapshot() {
 }
 
 #[test]
+fn inspect_names_the_architecture_and_what_this_build_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = sample(dir.path());
+    let o = gguf(&["inspect", path.to_str().unwrap()]);
+    assert!(o.stdout.contains("engine:    architecture `llama` runs in this build"), "{}", o.stdout);
+    let f = gguf_format::GgufFile::open(&path).unwrap();
+    let mut w = GgufWriter::from_file(&f).unwrap();
+    w.add_kv("general.architecture", "nonesuch");
+    let other = dir.path().join("other.gguf");
+    w.write_to_path(&other).unwrap();
+    let o = gguf(&["inspect", other.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line = o.stdout.lines().find(|l| l.starts_with("engine:")).unwrap_or_default().to_string();
+    assert!(line.contains("`nonesuch` is not one this build runs"), "{line}");
+    for a in ["gpt-oss", "glm4moe", "lfm2", "mistral3", "qwen35", "gemma4", "llama"] {
+        assert!(line.contains(a), "{a} missing from {line}");
+    }
+}
+
+#[test]
 fn inspect_json_has_every_key_and_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = sample(dir.path());
