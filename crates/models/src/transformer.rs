@@ -182,17 +182,7 @@ impl Transformer {
         let eps = hp.rms_eps;
         let mut tok_embd = Embedding::load(&ld, "token_embd.weight", e)?;
         tok_embd.scale = spec.embed_scale;
-        let n_vocab = tok_embd.n_vocab();
-        // llama.cpp repacks the weights of `MUL_MAT`, not `token_embd`, which its
-        // `GET_ROWS` reads — so a tied output stays as stored.
-        let output = match ld.opt_tensor("output.weight", &[e as u64, n_vocab as u64])? {
-            Some(t) => {
-                let mut l = Linear::new(file.clone(), t, None)?;
-                l.repack()?;
-                l
-            }
-            None => Linear::new(file.clone(), tok_embd.tensor().clone(), None)?,
-        };
+        let output = Linear::output(&ld, &tok_embd)?;
         let output_norm = RmsNorm::load(&ld, "output_norm.weight", e, eps)?;
         let heads = Heads { n_head: hp.n_head, n_head_kv: hp.n_head_kv, head_k: hp.head_k, head_v: hp.head_v };
         let rope_freqs = match &spec.freq_factors {

@@ -37,6 +37,24 @@ fn load_error(t: &Tiny, skip: Option<&str>, extra: &[(&str, Value)]) -> String {
     }
 }
 
+/// The model of `t` fed `tokens` one at a time gives each position's logits of one batch
+/// (within 2e-2: other kernels for one row); returns the model's description and the
+/// state it was left in.
+fn decodes_incrementally(t: &Tiny, tokens: &[u32]) -> (String, Box<dyn gguf_models::State>) {
+    let (_, v, all) = logits_of(t, &[], tokens);
+    let (_d, p) = tmp("inc.gguf");
+    write(t, &p, None, &[]).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
+    for (i, &tok) in tokens.iter().enumerate() {
+        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
+        let row = &all[i * v..(i + 1) * v];
+        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 2e-2, "{}: position {i}: {diff}", t.arch);
+    }
+    (model.describe(), st)
+}
+
 fn rows_differ(a: &[f32], b: &[f32]) -> bool {
     a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-4 * x.abs().max(1.0))
 }
@@ -94,16 +112,7 @@ fn gpt_oss_decodes_incrementally_as_in_one_batch() {
     let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
     let (arch, v, all) = logits_of(&t, &[], &tokens);
     assert_eq!(arch, "gpt-oss");
-    let (_d, p) = tmp("gpt-oss.gguf");
-    write(&t, &p, None, &[]).unwrap();
-    let (_f, model) = gguf_models::load(&p).unwrap();
-    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
-    for (i, &tok) in tokens.iter().enumerate() {
-        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
-        let row = &all[i * v..(i + 1) * v];
-        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(diff <= 2e-2, "position {i}: {diff}");
-    }
+    decodes_incrementally(&t, &tokens);
     // the window (4 on even layers) matters past position 3
     let (_, _, wide) = logits_of(&t, &[("gpt-oss.attention.sliding_window", Value::U32(64))], &tokens);
     assert_eq!(all[..4 * v], wide[..4 * v]);
@@ -178,19 +187,10 @@ fn mistral3_bad_input_is_named() {
 fn glm4moe_runs_its_dense_and_moe_layers_and_decodes_incrementally() {
     let t = Tiny::new("glm4moe");
     let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
-    let (arch, v, all) = logits_of(&t, &[], &tokens);
+    let (arch, _, all) = logits_of(&t, &[], &tokens);
     assert_eq!(arch, "glm4moe");
-    let (_d, p) = tmp("glm4moe.gguf");
-    write(&t, &p, None, &[]).unwrap();
-    let (_f, model) = gguf_models::load(&p).unwrap();
-    assert!(model.describe().contains("glm4moe: 2 layers"), "{}", model.describe());
-    let mut st = model.new_state(&StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() }).unwrap();
-    for (i, &tok) in tokens.iter().enumerate() {
-        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
-        let row = &all[i * v..(i + 1) * v];
-        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(diff <= 2e-2, "position {i}: {diff}");
-    }
+    let (describe, _) = decodes_incrementally(&t, &tokens);
+    assert!(describe.contains("glm4moe: 2 layers"), "{describe}");
     // the selection bias and the weight scale take part
     let (_, _, scaled) = logits_of(&t, &[("glm4moe.expert_weights_scale", Value::F32(2.5))], &tokens);
     assert!(rows_differ(&all, &scaled));
@@ -233,19 +233,9 @@ fn lfm2_carries_its_conv_state_and_decodes_incrementally() {
     let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
     let (arch, v, all) = logits_of(&t, &[], &tokens);
     assert_eq!(arch, "lfm2");
-    let (_d, p) = tmp("lfm2.gguf");
-    write(&t, &p, None, &[]).unwrap();
-    let (_f, model) = gguf_models::load(&p).unwrap();
-    assert!(model.describe().contains("1 short convolution of 3 taps, 1 attention"), "{}", model.describe());
     // token by token (the conv state carries the last two inputs) as in one batch
-    let opts = StateOptions { n_ctx: 64, n_threads: 1, ..Default::default() };
-    let mut st = model.new_state(&opts).unwrap();
-    for (i, &tok) in tokens.iter().enumerate() {
-        let one = model.forward(st.as_mut(), &[tok], Logits::Last).unwrap();
-        let row = &all[i * v..(i + 1) * v];
-        let diff = row.iter().zip(&one).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(diff <= 2e-2, "position {i}: {diff}");
-    }
+    let (describe, mut st) = decodes_incrementally(&t, &tokens);
+    assert!(describe.contains("1 short convolution of 3 taps, 1 attention"), "{describe}");
     // the convolution sees the two tokens before: changing token 0 changes positions 1 and 2
     // even with the attention layer's view of it, and truncating forgets the state
     let mut other = tokens;

@@ -224,16 +224,7 @@ impl Gemma4 {
         let mut tok_embd = Embedding::load(&ld, "token_embd.weight", e)?;
         tok_embd.scale = Some((e as f32).sqrt());
         let n_vocab = tok_embd.n_vocab();
-        // the tied output reads token_embd as it is (llama.cpp's duplicate of the input
-        // tensor is not repacked), an own output.weight in its kernel's layout
-        let output = match ld.opt_tensor("output.weight", &[e as u64, n_vocab as u64])? {
-            Some(t) => {
-                let mut l = Linear::new(file.clone(), t, None)?;
-                l.repack()?;
-                l
-            }
-            None => Linear::new(file.clone(), tok_embd.tensor().clone(), None)?,
-        };
+        let output = Linear::output(&ld, &tok_embd)?;
         let output_norm = RmsNorm::load(&ld, "output_norm.weight", e, eps)?;
         let per_layer = if n_pl > 0 {
             let w = n_pl * n_layer;
@@ -555,20 +546,7 @@ impl Gemma4 {
             dump(&format!("l_out-{il}"), &x);
         }
         st.n_past += n;
-        let (r0, m, out_rows) = match logits {
-            Logits::None => return Ok(Vec::new()),
-            Logits::Last => (n - 1, 1, RowLayout::one(1)),
-            Logits::All => {
-                let mut r = RowLayout::default();
-                r.push_product(n);
-                (0, n, r)
-            }
-        };
-        let mut sel = x[r0 * e..(r0 + m) * e].to_vec();
-        self.output_norm.forward_inplace(&mut sel, &mut b.tmp);
-        dump("result_norm", &sel);
-        let mut out = Vec::new();
-        self.output.forward(&pass.with_rows(&out_rows), &sel, &mut out)?;
+        let mut out = crate::blocks::output_head(&pass, &self.output_norm, &self.output, &x, n, logits, &mut b.tmp)?;
         if let Some(c) = self.final_softcap {
             // ggml_scale(1/c), ggml_tanh, ggml_scale(c)
             let inv = 1.0 / c;

@@ -189,15 +189,7 @@ impl Hybrid {
         let recr = recurrent_layers(&ld, hp.n_layer)?;
         let mut tok_embd = Embedding::load(&ld, "token_embd.weight", e)?;
         tok_embd.scale = None;
-        let n_vocab = tok_embd.n_vocab();
-        let output = match ld.opt_tensor("output.weight", &[e as u64, n_vocab as u64])? {
-            Some(t) => {
-                let mut l = Linear::new(file.clone(), t, None)?;
-                l.repack()?;
-                l
-            }
-            None => Linear::new(file.clone(), tok_embd.tensor().clone(), None)?,
-        };
+        let output = Linear::output(&ld, &tok_embd)?;
         let output_norm = RmsNorm::load(&ld, "output_norm.weight", e, eps)?;
         let heads = Heads { n_head: hp.n_head, n_head_kv: hp.n_head_kv, head_k: hp.head_k, head_v: hp.head_v };
         let attn_scale = ld.opt_f32("attention.scale")?.filter(|&s| s != 0.0);
@@ -400,20 +392,7 @@ impl Hybrid {
             dump(&format!("l_out-{il}"), &x);
         }
         st.n_past += n;
-        let (r0, m, out_rows) = match logits {
-            Logits::None => return Ok(Vec::new()),
-            Logits::Last => (n - 1, 1, RowLayout::one(1)),
-            Logits::All => {
-                let mut r = RowLayout::default();
-                r.push_product(n);
-                (0, n, r)
-            }
-        };
-        let mut sel = x[r0 * e..(r0 + m) * e].to_vec();
-        self.output_norm.forward_inplace(&mut sel, &mut b.tmp);
-        dump("result_norm", &sel);
-        let mut out = Vec::new();
-        self.output.forward(&pass.with_rows(&out_rows), &sel, &mut out)?;
+        let out = crate::blocks::output_head(&pass, &self.output_norm, &self.output, &x, n, logits, &mut b.tmp)?;
         dump("result_output", &out);
         Ok(out)
     }

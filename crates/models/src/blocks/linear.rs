@@ -62,6 +62,22 @@ impl Linear {
         Linear::new(self.file.clone(), view, None)
     }
 
+    /// The output matrix of a model whose embeddings are `tok_embd`: the file's own
+    /// `output.weight` (`[n_embd, n_vocab]`) in its kernel's layout, else `token_embd` tied
+    /// and read as stored (llama.cpp repacks the weights of `MUL_MAT`, not the `GET_ROWS`
+    /// input it duplicates).
+    pub fn output(ld: &Loader<'_>, tok_embd: &Embedding) -> Result<Linear> {
+        let (e, n_vocab) = (tok_embd.tensor().cols(), tok_embd.n_vocab());
+        match ld.opt_tensor("output.weight", &[e as u64, n_vocab as u64])? {
+            Some(t) => {
+                let mut l = Linear::new(ld.shared()?, t, None)?;
+                l.repack()?;
+                Ok(l)
+            }
+            None => Linear::new(ld.shared()?, tok_embd.tensor().clone(), None),
+        }
+    }
+
     /// Moves the weight into the layout of the kernel that will read it, when that kernel
     /// repacks this type and shape on this CPU; the bytes are read from the (shard) file,
     /// not through the map, so the original pages never become resident. Returns whether

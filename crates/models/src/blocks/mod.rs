@@ -153,6 +153,37 @@ pub fn dump(name: &str, data: &[f32]) {
     }
 }
 
+/// The output head of one sequence's `n` rows `x` (`width` floats each): the rows `logits`
+/// asks for (the last, or all as one product), through `norm` and `output`; empty for
+/// [`crate::Logits::None`]. The caller applies what follows (soft-caps) and dumps
+/// `result_output`.
+pub fn output_head(
+    pass: &Pass<'_>,
+    norm: &RmsNorm,
+    output: &Linear,
+    x: &[f32],
+    n: usize,
+    logits: crate::Logits,
+    tmp: &mut Vec<f32>,
+) -> crate::Result<Vec<f32>> {
+    let width = x.len() / n.max(1);
+    let (r0, m, rows) = match logits {
+        crate::Logits::None => return Ok(Vec::new()),
+        crate::Logits::Last => (n - 1, 1, RowLayout::one(1)),
+        crate::Logits::All => {
+            let mut r = RowLayout::default();
+            r.push_product(n);
+            (0, n, r)
+        }
+    };
+    let mut sel = x[r0 * width..(r0 + m) * width].to_vec();
+    norm.forward_inplace(&mut sel, tmp);
+    dump("result_norm", &sel);
+    let mut out = Vec::new();
+    output.forward(&pass.with_rows(&rows), &sel, &mut out)?;
+    Ok(out)
+}
+
 /// Adds `b` to every row of `y` (`b.len()` wide).
 pub fn add_bias(y: &mut [f32], b: Option<&[f32]>) {
     if let Some(b) = b {
