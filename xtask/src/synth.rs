@@ -631,6 +631,35 @@ pub const FAMILIES: &[Family] = &[
         kv: &[("attention.head_count_kv", Kv::I32s(&[0, 0, 8, 0])), ("shortconv.l_cache", Kv::U32(3))],
     },
     Family {
+        name: "lfm2moe",
+        arch: "lfm2moe",
+        layout: "LFM2-8B-A1B (2048 wide; short convolutions of 3 taps on layers 0, 1 and 3 of 4, attention 32 heads / \
+                 8 KV heads of 64 with QK-norm on layer 2; layers 0-1 dense (FFN 7168), 2-3 MoE: sigmoid router with \
+                 selection bias, 4 of 32 experts, expert FFN 512 instead of 1792; rope base 1e6, tied output), \
+                 Llama 3 BPE vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("llama-bpe"),
+        n_layer: 4,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 7168,
+        n_expert: 32,
+        n_expert_used: 4,
+        n_ff_exp: 512,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-5,
+        ctx: 128_000,
+        features: &[Feature::Lfm2],
+        kv: &[
+            ("attention.head_count_kv", Kv::I32s(&[0, 0, 8, 0])),
+            ("shortconv.l_cache", Kv::U32(3)),
+            ("leading_dense_block_count", Kv::U32(2)),
+            ("expert_gating_func", Kv::U32(2)),
+        ],
+    },
+    Family {
         name: "gemma2",
         arch: "gemma2",
         layout: "gemma-2-2b (2304 wide, 8 heads / 4 KV heads of 256, FFN 9216, rope base 10000, tied output; \
@@ -1238,7 +1267,8 @@ fn write_gemma4_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
 /// One layer of a [`Feature::DeltaNet`] family (`llama_model_qwen35::load_arch_tensors`):
 /// a gated delta net, or every `full_attention_interval`-th layer a gated attention, then
 /// `post_attention_norm` and the SwiGLU FFN.
-/// A [`Feature::Lfm2`] layer: a short convolution or an attention, then the SwiGLU FFN.
+/// A [`Feature::Lfm2`] layer: a short convolution or an attention, then the SwiGLU FFN
+/// (routed experts with a selection bias from `leading_dense_block_count` on: lfm2moe).
 fn write_lfm2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
     let p = |x: &str| format!("blk.{il}.{x}");
     let e = fam.n_embd;
@@ -1263,6 +1293,12 @@ fn write_lfm2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il
         b.tensor(&p("attn_k_norm.weight"), &[fam.head_dim], "f32", 1.0, 0.1)?;
     }
     b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    let dense_lead = fam_u32(fam, "leading_dense_block_count").map_or(fam.n_layer, |v| v as usize);
+    if il >= dense_lead {
+        routed_experts(b, types, &p, fam)?;
+        b.tensor(&p("exp_probs_b.bias"), &[fam.n_expert], "f32", 0.0, 0.05)?;
+        return Ok(());
+    }
     let f = fam.n_ff;
     b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;

@@ -53,7 +53,7 @@ impl Tiny {
             n_ff: 96,
             n_vocab: 50,
             q8: false,
-            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss" | "glm4moe") { 4 } else { 0 },
+            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss" | "glm4moe" | "lfm2moe") { 4 } else { 0 },
             tokenizer: false,
             seed: 42,
         }
@@ -91,7 +91,12 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
     w.add_kv(&format!("{a}.embedding_length"), t.n_embd as u32);
     w.add_kv(&format!("{a}.feed_forward_length"), t.n_ff as u32);
     w.add_kv(&format!("{a}.attention.head_count"), t.n_head as u32);
-    if a == "lfm2" {
+    if a == "lfm2moe" {
+        // layer 0 dense, layer 1 (attention) with routed experts
+        w.add_kv(&format!("{a}.leading_dense_block_count"), 1u32);
+        w.add_kv(&format!("{a}.expert_gating_func"), 2u32);
+    }
+    if a == "lfm2" || a == "lfm2moe" {
         // even layers short convolutions (0 KV heads), odd ones attention
         let kv: Vec<i32> = (0..t.n_layer).map(|il| if il % 2 == 0 { 0 } else { t.n_head_kv as i32 }).collect();
         w.add_kv(&format!("{a}.attention.head_count_kv"), Value::Array(Array::I32(kv)));
@@ -154,7 +159,7 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
     };
     let (e, hd) = (t.n_embd, t.head);
     add("token_embd.weight".into(), vec![e, t.n_vocab], 1.0, false)?;
-    let lfm2 = a == "lfm2";
+    let lfm2 = a == "lfm2" || a == "lfm2moe";
     add(if lfm2 { "token_embd_norm.weight" } else { "output_norm.weight" }.into(), vec![e], 0.1, true)?;
     for il in 0..t.n_layer {
         let n = |s: &str| format!("blk.{il}.{s}");
@@ -188,7 +193,7 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("ffn_up_exps.bias"), vec![t.n_ff, t.n_expert], 0.1, false)?;
             add(n("ffn_down_exps.bias"), vec![e, t.n_expert], 0.1, false)?;
         }
-        if matches!(a, "qwen3" | "qwen3moe" | "gemma3" | "lfm2") {
+        if matches!(a, "qwen3" | "qwen3moe" | "gemma3" | "lfm2" | "lfm2moe") {
             add(n("attn_q_norm.weight"), vec![hd], 0.1, true)?;
             add(n("attn_k_norm.weight"), vec![hd], 0.1, true)?;
         }
@@ -202,6 +207,9 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("post_ffw_norm.weight"), vec![e], 0.1, true)?;
         }
         if t.n_expert > 0 && !(glm && il == 0) {
+            if a == "lfm2moe" {
+                add(n("exp_probs_b.bias"), vec![t.n_expert], 0.1, false)?;
+            }
             if glm {
                 add(n("exp_probs_b.bias"), vec![t.n_expert], 0.1, false)?;
                 add(n("ffn_gate_shexp.weight"), vec![e, t.n_ff], 0.2, false)?;

@@ -259,6 +259,22 @@ fn lfm2_bad_input_is_named() {
     assert!(err.contains("lfm2.attention.head_count_kv"), "{err}");
 }
 
+#[test]
+fn lfm2moe_routes_its_later_layers() {
+    let t = Tiny::new("lfm2moe");
+    let (describe, _) = decodes_incrementally(&t, &[5u32, 17, 2, 40, 11, 9]);
+    assert!(describe.starts_with("lfm2moe: 2 layers") && describe.contains("4 experts (2 used)"), "{describe}");
+    let err = load_error(&t, Some("blk.1.exp_probs_b.bias"), &[]);
+    assert!(err.contains("blk.1.exp_probs_b.bias"), "{err}");
+    let err = load_error(&t, Some("blk.1.ffn_gate_exps.weight"), &[]);
+    assert!(err.contains("blk.1.ffn_gate_exps.weight"), "{err}");
+    let err = load_error(&t, None, &[("lfm2moe.expert_gating_func", Value::U32(7))]);
+    assert!(err.contains("lfm2moe.expert_gating_func"), "{err}");
+    // lfm2 itself has no experts
+    let err = load_error(&t, None, &[("general.architecture", Value::from("lfm2"))]);
+    assert!(err.contains("lfm2.block_count"), "{err}");
+}
+
 // ---- granite ----
 
 fn granite_keys(logit: f32) -> Vec<(&'static str, Value)> {

@@ -1,4 +1,4 @@
-//! `lfm2`: Liquid AI's LFM2 (`src/models/lfm2.cpp`) — a hybrid of short-convolution
+//! `lfm2` / `lfm2moe`: Liquid AI's LFM2 (`src/models/lfm2.cpp`, `lfm2moe.cpp`) — a hybrid of short-convolution
 //! layers and GQA attention layers (a layer whose `attention.head_count_kv` entry is 0 is a
 //! convolution). Each block is `x += mixer(attn_norm(x))`, `x += ffn(ffn_norm(x))` with a
 //! SwiGLU FFN. The convolution block: `in_proj` → `b, c, x` (three `n_embd` chunks),
@@ -6,7 +6,10 @@
 //! ([`causal_conv`], `ggml_ssm_conv`) after the sequence's conv state (the last
 //! `l_cache − 1` inputs per channel), `y = c·conv`, `out_proj`. Attention layers take
 //! per-head QK-norm and NeoX rope, windowed when the file sets `attention.sliding_window`.
-//! The output norm is stored as `token_embd_norm`.
+//! The output norm is stored as `token_embd_norm`. `lfm2moe` (LFM2-8B-A1B): the layers
+//! from `leading_dense_block_count` on have routed experts instead of the dense FFN — the
+//! file's `expert_gating_func` (sigmoid), `exp_probs_b.bias` for choosing, weights
+//! renormalized and scaled by `expert_weights_scale`.
 //!
 //! State: the KV cache holds the attention layers only; each convolution layer keeps its
 //! conv state per sequence (f32, as llama.cpp's `type_r`). It cannot go back to an earlier
@@ -19,8 +22,8 @@ use gguf_format::SplitGguf;
 use quant_kernels::{ops, Pool};
 
 use crate::blocks::{
-    causal_conv, dump, Activation, Attention, AttentionScratch, Embedding, FfnScratch, GatedFfn, Heads, Linear, Pass,
-    RmsNorm, RowLayout, SeqKv,
+    causal_conv, dump, Activation, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Gating, Heads,
+    Linear, Moe, Pass, RmsNorm, RowLayout, SeqKv,
 };
 use crate::hparams::Hparams;
 use crate::kv_cache::KvCache;
@@ -30,12 +33,18 @@ use crate::registry::Architecture;
 use crate::rope::RopeMode;
 use crate::{Error, Result};
 
-const ARCH: &str = "lfm2";
+gguf_registry::submit! {
+    Architecture {
+        name: "lfm2",
+        load: |file| Ok(Box::new(Lfm2::load(file, "lfm2")?)),
+        ..Architecture::BASE
+    }
+}
 
 gguf_registry::submit! {
     Architecture {
-        name: ARCH,
-        load: |file| Ok(Box::new(Lfm2::load(file)?)),
+        name: "lfm2moe",
+        load: |file| Ok(Box::new(Lfm2::load(file, "lfm2moe")?)),
         ..Architecture::BASE
     }
 }
@@ -59,11 +68,12 @@ struct Layer {
     attn_norm: RmsNorm,
     mixer: Mixer,
     ffn_norm: RmsNorm,
-    ffn: GatedFfn,
+    ffn: Ffn,
 }
 
 /// A loaded LFM2 model.
 pub struct Lfm2 {
+    arch: &'static str,
     hp: Hparams,
     /// Convolution taps (`shortconv.l_cache`).
     l_cache: usize,
@@ -78,7 +88,7 @@ pub struct Lfm2 {
 /// The common hyperparameters with a per-layer `attention.head_count_kv` (0: a
 /// convolution layer), which [`Hparams::read`] refuses: read with the attention layers'
 /// KV head count ([`Hparams::read_with`]); returns them and which layers are convolutions.
-fn hparams(ld: &Loader<'_>) -> Result<(Hparams, Vec<bool>)> {
+fn hparams(ld: &Loader<'_>, arch: &str) -> Result<(Hparams, Vec<bool>)> {
     let n_layer = ld.u32("block_count")? as usize;
     let kv = ld
         .opt_u32_per_layer("attention.head_count_kv", n_layer)?
@@ -87,7 +97,7 @@ fn hparams(ld: &Loader<'_>) -> Result<(Hparams, Vec<bool>)> {
     let attn_kv: Vec<u32> = kv.iter().copied().filter(|&h| h != 0).collect();
     if attn_kv.windows(2).any(|w| w[0] != w[1]) {
         return Err(Error::Unsupported(format!(
-            "{ARCH}: attention layers with different KV head counts ({attn_kv:?}) are not supported yet"
+            "{arch}: attention layers with different KV head counts ({attn_kv:?}) are not supported yet"
         )));
     }
     // every layer a convolution: no KV heads are read (1 keeps the checks satisfied)
@@ -96,19 +106,42 @@ fn hparams(ld: &Loader<'_>) -> Result<(Hparams, Vec<bool>)> {
 }
 
 impl Lfm2 {
-    /// Loads an `lfm2` file, with the tensors `llama_model_lfm2::load_arch_tensors` requires.
-    pub fn load(file: Arc<SplitGguf>) -> Result<Lfm2> {
-        let ld = Loader::with_shared(&file, ARCH);
-        let (hp, is_conv) = hparams(&ld)?;
+    /// Loads an `lfm2` or `lfm2moe` file (`arch`), with the tensors
+    /// `llama_model_lfm2::load_arch_tensors` / `llama_model_lfm2moe::…` require.
+    pub fn load(file: Arc<SplitGguf>, arch: &'static str) -> Result<Lfm2> {
+        let ld = Loader::with_shared(&file, arch);
+        let (hp, is_conv) = hparams(&ld, arch)?;
         let (e, eps) = (hp.n_embd, hp.rms_eps);
-        if hp.n_expert > 0 {
+        let moe = arch == "lfm2moe";
+        if !moe && hp.n_expert > 0 {
             return Err(Error::Unsupported(format!(
-                "{ARCH} has no experts (LFM2 MoE files are `lfm2moe`): unexpected `{}`",
+                "{arch} has no experts (LFM2 MoE files are `lfm2moe`): unexpected `{}`",
                 ld.key("expert_count")
             )));
         }
+        let dense_lead = if moe {
+            if hp.n_expert == 0 {
+                return Err(Error::MissingKey(ld.key("expert_count")));
+            }
+            ld.opt_u32("leading_dense_block_count")?.unwrap_or(0) as usize
+        } else {
+            hp.n_layer
+        };
+        let gating = match (moe, ld.opt_u32("expert_gating_func")?) {
+            (false, _) => Gating::Softmax,
+            (true, None) => return Err(Error::MissingKey(ld.key("expert_gating_func"))),
+            (true, Some(1)) => Gating::Softmax,
+            (true, Some(2)) => Gating::Sigmoid,
+            (true, Some(3)) => Gating::SoftmaxWeight,
+            (true, Some(g)) => {
+                return Err(Error::BadKey {
+                    key: ld.key("expert_gating_func"),
+                    msg: format!("gating function {g} (supported: 1 softmax, 2 sigmoid, 3 softmax_weight)"),
+                })
+            }
+        };
         if hp.head_k != hp.head_v {
-            return Err(Error::Invalid(format!("{ARCH}: head widths k={} v={} differ", hp.head_k, hp.head_v)));
+            return Err(Error::Invalid(format!("{arch}: head widths k={} v={} differ", hp.head_k, hp.head_v)));
         }
         let l_cache = ld.u32("shortconv.l_cache")? as usize;
         if l_cache < 2 {
@@ -123,7 +156,7 @@ impl Lfm2 {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for (il, &conv) in is_conv.iter().enumerate() {
             let n = |s: &str| format!("blk.{il}.{s}");
-            if hp.n_ff[il] == 0 {
+            if il < dense_lead && hp.n_ff[il] == 0 {
                 return Err(Error::MissingKey(ld.key("feed_forward_length")));
             }
             let attn_norm = RmsNorm::load(&ld, &n("attn_norm.weight"), e, eps)?;
@@ -151,11 +184,25 @@ impl Lfm2 {
                 Mixer::Attn(Box::new(attn), n_attn - 1)
             };
             let ffn_norm = RmsNorm::load(&ld, &n("ffn_norm.weight"), e, eps)?;
-            let mut ffn = GatedFfn::load(&ld, il, e, hp.n_ff[il], Activation::Silu)?;
+            let mut ffn = if il < dense_lead {
+                Ffn::Dense(GatedFfn::load(&ld, il, e, hp.n_ff[il], Activation::Silu)?)
+            } else {
+                if hp.n_ff_exp == 0 {
+                    return Err(Error::MissingKey(ld.key("expert_feed_forward_length")));
+                }
+                if !ld.has(&n("exp_probs_b.bias")) {
+                    return Err(Error::MissingTensor(n("exp_probs_b.bias")));
+                }
+                let mut m = Moe::load(&ld, il, e, hp.n_ff_exp, hp.n_expert, hp.n_expert_used)?;
+                m.norm_weights = true;
+                m.weights_scale = hp.expert_weights_scale;
+                m.gating = gating;
+                Ffn::Moe(m)
+            };
             ffn.repack()?;
             layers.push(Layer { attn_norm, mixer, ffn_norm, ffn });
         }
-        Ok(Lfm2 { hp, l_cache, tok_embd, output, output_norm, layers, n_attn, n_conv })
+        Ok(Lfm2 { arch, hp, l_cache, tok_embd, output, output_norm, layers, n_attn, n_conv })
     }
 }
 
@@ -266,7 +313,7 @@ impl Lfm2 {
             ops::add_inplace(&mut x, &b.a);
             layer.ffn_norm.forward(&x, &mut h);
             dump(&format!("ffn_norm-{il}"), &h);
-            layer.ffn.forward(&pass, il, &h, &mut b.ffn, &mut b.a)?;
+            layer.ffn.forward(&pass, il, &h, &[(0, n)], &mut b.ffn, &mut b.a)?;
             dump(&format!("ffn_out-{il}"), &b.a);
             ops::add_inplace(&mut x, &b.a);
             dump(&format!("l_out-{il}"), &x);
@@ -281,7 +328,7 @@ impl Lfm2 {
 
 impl Model for Lfm2 {
     fn arch(&self) -> &str {
-        ARCH
+        self.arch
     }
 
     fn n_vocab(&self) -> usize {
@@ -294,9 +341,15 @@ impl Model for Lfm2 {
 
     fn describe(&self) -> String {
         let hp = &self.hp;
+        let experts = if hp.n_expert > 0 {
+            format!(", {} experts ({} used)", hp.n_expert, hp.n_expert_used)
+        } else {
+            String::new()
+        };
         format!(
-            "{ARCH}: {} layers ({} short convolution of {} taps, {} attention), n_embd {}, attention {} heads / {} KV \
-             heads of {}, FFN {}, n_vocab {}",
+            "{}: {} layers ({} short convolution of {} taps, {} attention), n_embd {}, attention {} heads / {} KV \
+             heads of {}, FFN {}, n_vocab {}{experts}",
+            self.arch,
             hp.n_layer,
             self.n_conv,
             self.l_cache,
