@@ -429,7 +429,9 @@ fn split(pool: &Pool, mode: Mode, rows: usize, n_tokens: usize, shape: Shape, y:
     // the block's activations stay in cache.
     // The block size depends on the token count and the activation row size only, never on
     // the thread count, so results do not depend on `-t`.
-    let tb = (n_tokens / 8).clamp(4, (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK));
+    // A multiple of 4 tokens: register-blocked kernels (4-token groups: tinyBLAS's F16/F32
+    // blocks) then never run a leftover group inside a block.
+    let tb = (n_tokens / 8).clamp(4, (TOKEN_BLOCK_BYTES / act_row_bytes.max(1)).clamp(4, MAX_TOKEN_BLOCK)) / 4 * 4;
     // Rows per tile: the tile's weights (re-read once per 4 tokens) stay in L2, and the
     // kernel's per-tile set-up (activation scales) is amortised over many rows.
     // A multiple of 16 rows: repacked layouts keep 8-row groups together, in pairs.

@@ -92,7 +92,9 @@ unsafe fn f16_lanes_64(a: *const u8, b: *const u8, np: usize, acc: &mut [f32; 64
     }
 }
 
-/// One tinyBLAS output: 16 fused lanes over `n` (a multiple of 16), [`reduce16`].
+/// One tinyBLAS output: 16 fused lanes over `n` (a multiple of 16), [`reduce16`] — the
+/// arithmetic [`tinyblas_block`] runs per output (the tests hold them to each other).
+#[cfg(test)]
 #[target_feature(enable = "avx512f,f16c")]
 unsafe fn tinyblas_imp<const HALF: bool>(n: usize, w: *const u8, x: *const u8) -> f32 {
     let mut acc = _mm512_setzero_ps();
@@ -114,19 +116,111 @@ unsafe fn tinyblas_imp<const HALF: bool>(n: usize, w: *const u8, x: *const u8) -
     reduce16(&lanes)
 }
 
+/// `R × C` tinyBLAS outputs at once (rows `w[..R]` × tokens `x[..C]`), each with its own
+/// 16-lane accumulator and fused multiply-adds in `k` order, [`reduce16`] — what
+/// [`tinyblas_imp`] computes per output, with the loads shared and `R·C` independent FMA
+/// chains in flight instead of one (llamafile's register blocking).
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn tinyblas_block<const HALF: bool, const R: usize, const C: usize>(
+    n: usize,
+    w: [*const u8; R],
+    x: [*const u8; C],
+    out: &mut [[f32; C]; R],
+) {
+    let mut acc = [[_mm512_setzero_ps(); C]; R];
+    let mut i = 0;
+    while i < n {
+        let mut b = [_mm512_setzero_ps(); C];
+        #[allow(clippy::needless_range_loop)] // indexed: LLVM keeps the arrays in registers
+        for c in 0..C {
+            b[c] = ld16::<HALF>(x[c], i);
+        }
+        #[allow(clippy::needless_range_loop)]
+        for r in 0..R {
+            let a = ld16::<HALF>(w[r], i);
+            for c in 0..C {
+                acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+            }
+        }
+        i += 16;
+    }
+    let mut lanes = [0f32; 16];
+    for (ar, or) in acc.iter().zip(out.iter_mut()) {
+        for (a, o) in ar.iter().zip(or.iter_mut()) {
+            _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
+            *o = reduce16(&lanes);
+        }
+    }
+}
+
+/// 16 elements from `p` at element `i`: F16 widened (`_mm512_cvtph_ps`) or F32.
+#[inline(always)]
+unsafe fn ld16<const HALF: bool>(p: *const u8, i: usize) -> __m512 {
+    // SAFETY: the caller keeps `i + 16` within the row.
+    unsafe {
+        if HALF {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i) as *const __m256i))
+        } else {
+            _mm512_loadu_ps(p.add(4 * i) as *const f32)
+        }
+    }
+}
+
+/// Rows `r0..r0 + R` × tokens `t0..t0 + C` of a tile through [`tinyblas_block`].
+///
+/// # Safety
+/// AVX-512F/F16C present; the rows and tokens exist in `t`, each `t.n` elements with
+/// `t.n % 16 == 0`.
+unsafe fn block_into<const HALF: bool, const R: usize, const C: usize>(
+    t: &Tile<'_>,
+    r0: usize,
+    t0: usize,
+    y: &mut [f32],
+    y_stride: usize,
+) {
+    let w: [*const u8; R] = std::array::from_fn(|r| t.w[(r0 + r) * t.w_stride..].as_ptr());
+    let x: [*const u8; C] = std::array::from_fn(|c| t.x[(t0 + c) * t.x_stride..].as_ptr());
+    let mut out = [[0f32; C]; R];
+    // SAFETY: the caller's contract.
+    unsafe { tinyblas_block::<HALF, R, C>(t.n, w, x, &mut out) };
+    for (r, or) in out.iter().enumerate() {
+        for (c, o) in or.iter().enumerate() {
+            y[(t0 + c) * y_stride + r0 + r] = *o;
+        }
+    }
+}
+
 fn float_tile<const HALF: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let one: crate::registry::VecDotFn = if HALF { f16_f16 } else { f32_f32 };
     if !tinyblas_applies(t) || !has_vnni() {
         return crate::matmul::tile_by_vec_dot(one, t, y, y_stride);
     }
     let row = t.n * if HALF { 2 } else { 4 };
-    for r in 0..t.rows {
-        let w = &t.w[r * t.w_stride..][..row];
-        for tok in 0..t.tokens {
-            let x = &t.x[tok * t.x_stride..][..row];
-            // SAFETY: AVX-512F/F16C checked (`has_vnni`); both slices hold exactly `n`
-            // elements and `n % 16 == 0` (`tinyblas_applies`), so every load is in bounds.
-            y[tok * y_stride + r] = unsafe { tinyblas_imp::<HALF>(t.n, w.as_ptr(), x.as_ptr()) };
+    assert!(
+        t.rows == 0
+            || t.tokens == 0
+            || (t.w.len() >= (t.rows - 1) * t.w_stride + row && t.x.len() >= (t.tokens - 1) * t.x_stride + row),
+        "tile shorter than its rows"
+    );
+    // 4 rows × 4 tokens per block (16 accumulators, 8 loads: 24 of the 32 registers),
+    // then the leftover tokens one at a time and the leftover rows one at a time
+    let (rb, tb) = (t.rows - t.rows % 4, t.tokens - t.tokens % 4);
+    for r0 in (0..rb).step_by(4) {
+        for t0 in (0..tb).step_by(4) {
+            // SAFETY: AVX-512F/F16C checked (`has_vnni`); rows r0..r0+4 < rows and
+            // tokens t0..t0+4 < tokens hold `n` elements each (asserted above), `n % 16
+            // == 0` (`tinyblas_applies`).
+            unsafe { block_into::<HALF, 4, 4>(t, r0, t0, y, y_stride) };
+        }
+        for t0 in tb..t.tokens {
+            // SAFETY: as above, one token.
+            unsafe { block_into::<HALF, 4, 1>(t, r0, t0, y, y_stride) };
+        }
+    }
+    for r0 in rb..t.rows {
+        for t0 in 0..t.tokens {
+            // SAFETY: as above, one row and one token.
+            unsafe { block_into::<HALF, 1, 1>(t, r0, t0, y, y_stride) };
         }
     }
 }
@@ -144,6 +238,58 @@ pub fn f16_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The register-blocked tiles (4×4 blocks, leftover tokens and rows) give every output
+    /// the scalar tinyBLAS twin's bits, F32 and F16, on shapes with every kind of leftover.
+    #[test]
+    fn blocked_tinyblas_tiles_equal_the_per_output_twin() {
+        if !has_vnni() {
+            return;
+        }
+        let n = 80;
+        for (nr, nt) in [(4usize, 4usize), (8, 5), (6, 7), (12, 2), (3, 9)] {
+            let (w32, _) = rows(n * nr, 1 + nr as u32);
+            let (x32, _) = rows(n * nt, 7 + nt as u32);
+            for half in [false, true] {
+                let conv = |b: &[u8]| -> Vec<u8> {
+                    if !half {
+                        return b.to_vec();
+                    }
+                    b.chunks_exact(4)
+                        .flat_map(|c| f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+                        .collect()
+                };
+                let (w, x) = (conv(&w32), conv(&x32));
+                let es = if half { 2 } else { 4 };
+                let t = Tile {
+                    n,
+                    w: &w,
+                    w_stride: n * es,
+                    rows: nr,
+                    x: &x,
+                    x_stride: n * es,
+                    tokens: nt,
+                    batched: 0,
+                    total_tokens: nt.max(2),
+                    total_rows: nr.next_multiple_of(4),
+                    expert: false,
+                };
+                let mut y = vec![0f32; nr * nt];
+                if half {
+                    f16_tile(&t, &mut y, nr);
+                } else {
+                    f32_tile(&t, &mut y, nr);
+                }
+                for r in 0..nr {
+                    for tok in 0..nt {
+                        let (wr, xr) = (&w[r * n * es..(r + 1) * n * es], &x[tok * n * es..(tok + 1) * n * es]);
+                        let want = if half { sd::f16_f16_tinyblas(n, wr, xr) } else { sd::f32_f32_tinyblas(n, wr, xr) };
+                        assert_eq!(y[tok * nr + r].to_bits(), want.to_bits(), "half={half} {nr}x{nt} ({r},{tok})");
+                    }
+                }
+            }
+        }
+    }
 
     fn rows(n: usize, seed: u32) -> (Vec<u8>, Vec<u8>) {
         let mut s = seed;
