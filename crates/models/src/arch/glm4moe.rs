@@ -41,17 +41,7 @@ gguf_registry::submit! {
             spec.n_shared_experts = ld.u32("expert_shared_count")? as usize;
             spec.dense_lead = ld.opt_u32("leading_dense_block_count")?.unwrap_or(0) as usize;
             spec.moe_norm_weights = ld.opt_bool("expert_weights_norm")?.unwrap_or(false);
-            spec.moe_gating = match ld.opt_u32("expert_gating_func")?.unwrap_or(0) {
-                0 | 2 => Gating::Sigmoid,
-                1 => Gating::Softmax,
-                3 => Gating::SoftmaxWeight,
-                g => {
-                    return Err(Error::BadKey {
-                        key: ld.key("expert_gating_func"),
-                        msg: format!("gating function {g} (supported: 1 softmax, 2 sigmoid, 3 softmax_weight)"),
-                    })
-                }
-            };
+            spec.moe_gating = Gating::read(ld, Some(Gating::Sigmoid))?;
             spec.qk_norm = ld.has("blk.0.attn_q_norm.weight");
             spec.ffn_norm_tensor = "post_attention_norm";
             // what llama.cpp's loader requires of every MoE layer beyond the shared block's

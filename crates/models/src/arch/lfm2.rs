@@ -127,19 +127,7 @@ impl Lfm2 {
         } else {
             hp.n_layer
         };
-        let gating = match (moe, ld.opt_u32("expert_gating_func")?) {
-            (false, _) => Gating::Softmax,
-            (true, None) => return Err(Error::MissingKey(ld.key("expert_gating_func"))),
-            (true, Some(1)) => Gating::Softmax,
-            (true, Some(2)) => Gating::Sigmoid,
-            (true, Some(3)) => Gating::SoftmaxWeight,
-            (true, Some(g)) => {
-                return Err(Error::BadKey {
-                    key: ld.key("expert_gating_func"),
-                    msg: format!("gating function {g} (supported: 1 softmax, 2 sigmoid, 3 softmax_weight)"),
-                })
-            }
-        };
+        let gating = if moe { Gating::read(&ld, None)? } else { Gating::Softmax };
         if hp.head_k != hp.head_v {
             return Err(Error::Invalid(format!("{arch}: head widths k={} v={} differ", hp.head_k, hp.head_v)));
         }

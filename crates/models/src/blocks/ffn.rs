@@ -60,6 +60,26 @@ pub enum Gating {
     Sigmoid,
 }
 
+impl Gating {
+    /// The file's `expert_gating_func` (llama.cpp's `llama_expert_gating_func_type`: 1
+    /// softmax, 2 sigmoid, 3 softmax_weight; 0 or absent: `default`, or an error naming
+    /// the key when `default` is `None`, for families that require it).
+    pub fn read(ld: &Loader<'_>, default: Option<Gating>) -> Result<Gating> {
+        let key = "expert_gating_func";
+        match (ld.opt_u32(key)?.unwrap_or(0), default) {
+            (1, _) => Ok(Gating::Softmax),
+            (2, _) => Ok(Gating::Sigmoid),
+            (3, _) => Ok(Gating::SoftmaxWeight),
+            (0, Some(g)) => Ok(g),
+            (0, None) => Err(Error::MissingKey(ld.key(key))),
+            (g, _) => Err(Error::BadKey {
+                key: ld.key(key),
+                msg: format!("gating function {g} (supported: 1 softmax, 2 sigmoid, 3 softmax_weight)"),
+            }),
+        }
+    }
+}
+
 /// `down(act(gate(x)) * up(x))` with optional biases (llama.cpp's `build_ffn` with
 /// `LLM_FFN_PAR`).
 pub struct GatedFfn {
