@@ -376,6 +376,14 @@ pub enum Feature {
     /// `shortconv.l_cache` taps), attention with QK-norm elsewhere; the output norm is
     /// `token_embd_norm`.
     Lfm2,
+    /// DeepSeek's MLA layers (`write_deepseek2_layer`): `attn_q` (or `attn_q_a` /
+    /// `attn_q_a_norm` / `attn_q_b` when `attention.q_lora_rank` > 0), `attn_kv_a_mqa`,
+    /// `attn_kv_a_norm`, the per-head `attn_k_b` / `attn_v_b` (F16 or Q8_0), `attn_output`,
+    /// shaped by the `attention.*_mla` / `kv_lora_rank` / `rope.dimension_count` keys of
+    /// [`Family::kv`]; dense FFNs in the first `leading_dense_block_count` layers, then
+    /// routed experts (with `exp_probs_b.bias` under a sigmoid router) and
+    /// `expert_shared_count` shared experts.
+    Deepseek2,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -605,6 +613,90 @@ pub const FAMILIES: &[Family] = &[
             ("expert_weights_scale", Kv::F32(2.5)),
             ("expert_gating_func", Kv::U32(2)),
             ("nextn_predict_layers", Kv::U32(1)),
+        ],
+    },
+    Family {
+        name: "deepseek2",
+        arch: "deepseek2",
+        layout: "DeepSeek-V2-Lite (2048 wide, 16 heads; MLA: direct attn_q, kv_lora_rank 512, heads of 128 + 64 \
+                 roped (normal rope, YaRN factor 40 from 4096, mscale_all_dims 0.707), values 128; layer 0 dense \
+                 (FFN 10944), layers 1-2 MoE: softmax router (no gating key, as V2 files), 6 of 64 experts, expert \
+                 FFN 256 instead of 1408, 2 shared experts, weights not renormalized; untied output), deepseek-llm vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("deepseek-llm"),
+        n_layer: 3,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 1,
+        head_dim: 192,
+        n_ff: 10944,
+        n_expert: 64,
+        n_expert_used: 6,
+        n_ff_exp: 256,
+        rope_base: 10000.0,
+        rms_eps: 1e-6,
+        ctx: 163_840,
+        features: &[Feature::Output, Feature::Deepseek2],
+        kv: &[
+            ("attention.key_length", Kv::U32(576)),
+            ("attention.value_length", Kv::U32(512)),
+            ("attention.key_length_mla", Kv::U32(192)),
+            ("attention.value_length_mla", Kv::U32(128)),
+            ("attention.q_lora_rank", Kv::U32(0)),
+            ("attention.kv_lora_rank", Kv::U32(512)),
+            ("rope.dimension_count", Kv::U32(64)),
+            ("leading_dense_block_count", Kv::U32(1)),
+            ("expert_shared_count", Kv::U32(2)),
+            ("expert_weights_scale", Kv::F32(1.0)),
+            ("rope.scaling.type", Kv::Str("yarn")),
+            ("rope.scaling.factor", Kv::F32(40.0)),
+            ("rope.scaling.original_context_length", Kv::U32(4096)),
+            ("rope.scaling.yarn_log_multiplier", Kv::F32(0.0707)),
+        ],
+    },
+    Family {
+        name: "deepseek3",
+        arch: "deepseek2",
+        layout: "DeepSeek-V3 / R1 / Kimi-K2 MLA and routing at reduced width (2048 wide instead of 7168, 32 heads \
+                 instead of 128; q_lora_rank 1536, kv_lora_rank 512, heads of 128 + 64 roped, values 128, YaRN \
+                 factor 40 from 4096, mscale_all_dims 1; layer 0 dense (FFN 4096), layers 1-2 MoE: sigmoid router \
+                 with selection bias, 8 of 64 experts instead of 256 in 8 groups of which 4 are chosen, expert FFN \
+                 256 instead of 2048, 1 shared expert, weights renormalized and scaled by 2.5; untied output), \
+                 deepseek-llm vocab (V3's 129k tokenizer is not among the fixtures)",
+        moe: true,
+        vocab: VocabSource::Fixture("deepseek-llm"),
+        n_layer: 3,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 1,
+        head_dim: 192,
+        n_ff: 4096,
+        n_expert: 64,
+        n_expert_used: 8,
+        n_ff_exp: 256,
+        rope_base: 10000.0,
+        rms_eps: 1e-6,
+        ctx: 163_840,
+        features: &[Feature::Output, Feature::Deepseek2],
+        kv: &[
+            ("attention.key_length", Kv::U32(576)),
+            ("attention.value_length", Kv::U32(512)),
+            ("attention.key_length_mla", Kv::U32(192)),
+            ("attention.value_length_mla", Kv::U32(128)),
+            ("attention.q_lora_rank", Kv::U32(1536)),
+            ("attention.kv_lora_rank", Kv::U32(512)),
+            ("rope.dimension_count", Kv::U32(64)),
+            ("leading_dense_block_count", Kv::U32(1)),
+            ("expert_shared_count", Kv::U32(1)),
+            ("expert_weights_scale", Kv::F32(2.5)),
+            ("expert_weights_norm", Kv::Bool(true)),
+            ("expert_gating_func", Kv::U32(2)),
+            ("expert_group_count", Kv::U32(8)),
+            ("expert_group_used_count", Kv::U32(4)),
+            ("rope.scaling.type", Kv::Str("yarn")),
+            ("rope.scaling.factor", Kv::F32(40.0)),
+            ("rope.scaling.original_context_length", Kv::U32(4096)),
+            ("rope.scaling.yarn_log_multiplier", Kv::F32(0.1)),
         ],
     },
     Family {
@@ -1044,7 +1136,7 @@ pub fn write_family_types(
     if fam.has(Feature::HeadDimKeys) {
         w.add_kv(&k("attention.key_length"), fam.head_dim as u32);
         w.add_kv(&k("attention.value_length"), fam.head_dim as u32);
-    } else {
+    } else if !fam.has(Feature::Deepseek2) {
         ensure!(fam.n_embd == fam.n_head * fam.head_dim, "{}: head width needs HeadDimKeys", fam.name);
     }
     if fam.has(Feature::RopeDimKey) {
@@ -1101,6 +1193,10 @@ pub fn write_family_types(
         }
         if fam.has(Feature::Lfm2) {
             write_lfm2_layer(&mut b, &mut types, fam, il)?;
+            continue;
+        }
+        if fam.has(Feature::Deepseek2) {
+            write_deepseek2_layer(&mut b, &mut types, fam, il)?;
             continue;
         }
         if !fam.has(Feature::NoPreNorms) {
@@ -1303,6 +1399,50 @@ fn write_lfm2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il
     b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
+    Ok(())
+}
+
+/// A [`Feature::Deepseek2`] layer.
+fn write_deepseek2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
+    let p = |x: &str| format!("blk.{il}.{x}");
+    let (e, nh) = (fam.n_embd, fam.n_head);
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    let (q_lora, kv_lora) = (fam_u32(fam, "attention.q_lora_rank")?, fam_u32(fam, "attention.kv_lora_rank")?);
+    let (k_mla, v_mla) = (fam_u32(fam, "attention.key_length_mla")?, fam_u32(fam, "attention.value_length_mla")?);
+    let n_rot = fam_u32(fam, "rope.dimension_count")?;
+    let qk_nope = k_mla - n_rot;
+    b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if q_lora == 0 {
+        b.tensor(&p("attn_q.weight"), &[e, nh * k_mla], types.next(e), 0.0, s(e))?;
+    } else {
+        b.tensor(&p("attn_q_a.weight"), &[e, q_lora], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_q_a_norm.weight"), &[q_lora], "f32", 1.0, 0.1)?;
+        b.tensor(&p("attn_q_b.weight"), &[q_lora, nh * k_mla], types.next(q_lora), 0.0, s(q_lora))?;
+    }
+    b.tensor(&p("attn_kv_a_mqa.weight"), &[e, kv_lora + n_rot], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("attn_kv_a_norm.weight"), &[kv_lora], "f32", 1.0, 0.1)?;
+    // the per-head absorption matrices: F16 on even layers, Q8_0 on odd ones
+    let per_head = if il % 2 == 0 { "f16" } else { "q8_0" };
+    b.tensor(&p("attn_k_b.weight"), &[qk_nope, kv_lora, nh], per_head, 0.0, s(qk_nope))?;
+    b.tensor(&p("attn_v_b.weight"), &[kv_lora, v_mla, nh], per_head, 0.0, s(kv_lora))?;
+    b.tensor(&p("attn_output.weight"), &[nh * v_mla, e], types.next(nh * v_mla), 0.0, s(nh * v_mla))?;
+    b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    let dense_lead = fam_u32(fam, "leading_dense_block_count").unwrap_or(0) as usize;
+    if il < dense_lead {
+        let f = fam.n_ff;
+        b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
+        return Ok(());
+    }
+    routed_experts(b, types, &p, fam)?;
+    if fam_u32(fam, "expert_gating_func").ok() == Some(2) {
+        b.tensor(&p("exp_probs_b.bias"), &[fam.n_expert], "f32", 0.0, 0.05)?;
+    }
+    let fs = fam.n_ff_exp * fam_u32(fam, "expert_shared_count")?;
+    b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_up_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_down_shexp.weight"), &[fs, e], types.next(fs), 0.0, s(fs))?;
     Ok(())
 }
 

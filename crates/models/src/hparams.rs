@@ -38,6 +38,9 @@ pub struct Hparams {
     pub n_ctx_orig: u32,
     /// YaRN log multiplier (`rope.scaling.yarn_log_multiplier`).
     pub rope_yarn_log_mul: f32,
+    /// YaRN's `mscale` (llama.cpp assumes 1, except deepseek2, whose `mscale` is its
+    /// `mscale_all_dims`, the log multiplier, when that is not 1).
+    pub rope_yarn_mscale: f32,
     /// `rope.scaling.attn_factor`.
     pub rope_attn_factor: f32,
     /// YaRN's `beta_fast` / `beta_slow` (`rope.scaling.yarn_beta_fast`/`_slow`; llama.cpp's
@@ -51,6 +54,9 @@ pub struct Hparams {
     pub n_ff_exp: usize,
     /// Scale applied to expert weights (0 or 1 = none).
     pub expert_weights_scale: f32,
+    /// Expert groups (`expert_group_count`; 0 or 1: none) and how many of them each token
+    /// chooses from (`expert_group_used_count`): DeepSeek-V3's group-limited routing.
+    pub expert_groups: (usize, usize),
 }
 
 impl Hparams {
@@ -121,6 +127,7 @@ impl Hparams {
             )));
         }
         let n_ff_exp = ld.opt_u32("expert_feed_forward_length")?.map_or(0, |v| v as usize);
+        let expert_groups = expert_groups(ld, n_expert)?;
         Ok(Hparams {
             n_layer,
             n_embd,
@@ -137,6 +144,7 @@ impl Hparams {
             rope_yarn,
             n_ctx_orig,
             rope_yarn_log_mul: ld.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0),
+            rope_yarn_mscale: 1.0,
             rope_attn_factor: ld.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
             rope_yarn_beta: (
                 ld.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
@@ -146,6 +154,7 @@ impl Hparams {
             n_expert_used,
             n_ff_exp,
             expert_weights_scale: ld.opt_f32("expert_weights_scale")?.unwrap_or(0.0),
+            expert_groups,
         })
     }
 
@@ -158,7 +167,7 @@ impl Hparams {
             let get_mscale = |scale: f32, mscale: f32| if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 };
             let factor = 1.0 / freq_scale;
             attn_factor = if self.rope_yarn_log_mul != 0.0 {
-                get_mscale(factor, 1.0) / get_mscale(factor, self.rope_yarn_log_mul)
+                get_mscale(factor, self.rope_yarn_mscale) / get_mscale(factor, self.rope_yarn_log_mul)
             } else {
                 get_mscale(factor, 1.0)
             };
@@ -182,4 +191,31 @@ impl Hparams {
             freq_factors,
         }
     }
+}
+
+/// `expert_group_count` / `expert_group_used_count` of a model with `n_expert` experts,
+/// checked as `llama_model::load_hparams` asserts them: fewer groups than experts, and with
+/// more than one group, groups that divide the experts and `0 < used < groups`.
+pub fn expert_groups(ld: &Loader<'_>, n_expert: usize) -> Result<(usize, usize)> {
+    let groups = ld.opt_u32("expert_group_count")?.unwrap_or(0) as usize;
+    let used = ld.opt_u32("expert_group_used_count")?.unwrap_or(0) as usize;
+    let bad = |msg: String| Error::BadKey { key: ld.key("expert_group_count"), msg };
+    if n_expert == 0 {
+        return if groups == 0 { Ok((0, 0)) } else { Err(bad(format!("{groups} expert groups without experts"))) };
+    }
+    if groups >= n_expert {
+        return Err(bad(format!("{groups} expert groups for {n_expert} experts")));
+    }
+    if groups > 1 {
+        if !n_expert.is_multiple_of(groups) {
+            return Err(bad(format!("{groups} expert groups do not divide {n_expert} experts")));
+        }
+        if used == 0 || used >= groups {
+            return Err(Error::BadKey {
+                key: ld.key("expert_group_used_count"),
+                msg: format!("{used} groups used of {groups} (must be 1 to {})", groups - 1),
+            });
+        }
+    }
+    Ok((groups, used))
 }

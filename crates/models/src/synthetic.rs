@@ -36,6 +36,9 @@ pub struct Tiny {
     pub n_expert: u64,
     /// Add the byte-level tokenizer.
     pub tokenizer: bool,
+    /// deepseek2: the query compression rank (0: a direct `attn_q`). Its MLA is
+    /// `kv_lora_rank` 32, heads of 16 + 8 roped, values `head` wide.
+    pub q_lora: u64,
     /// RNG seed.
     pub seed: u64,
 }
@@ -53,8 +56,9 @@ impl Tiny {
             n_ff: 96,
             n_vocab: 50,
             q8: false,
-            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss" | "glm4moe" | "lfm2moe") { 4 } else { 0 },
+            n_expert: if matches!(arch, "qwen3moe" | "gpt-oss" | "glm4moe" | "lfm2moe" | "deepseek2") { 4 } else { 0 },
             tokenizer: false,
+            q_lora: 0,
             seed: 42,
         }
     }
@@ -76,6 +80,11 @@ fn byte_char(b: u8) -> char {
     let n = (0..b as u32).filter(|&c| !printable(c)).count() as u32;
     char::from_u32(256 + n).unwrap_or('?')
 }
+
+/// deepseek2's tiny MLA widths: latent, roped and unroped key parts.
+const DS_KV_LORA: u64 = 32;
+const DS_ROT: u64 = 8;
+const DS_NOPE: u64 = 16;
 
 fn rand_f32(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale).collect()
@@ -101,11 +110,27 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
         let kv: Vec<i32> = (0..t.n_layer).map(|il| if il % 2 == 0 { 0 } else { t.n_head_kv as i32 }).collect();
         w.add_kv(&format!("{a}.attention.head_count_kv"), Value::Array(Array::I32(kv)));
         w.add_kv(&format!("{a}.shortconv.l_cache"), 3u32);
+    } else if a == "deepseek2" {
+        w.add_kv(&format!("{a}.attention.head_count_kv"), 1u32);
     } else {
         w.add_kv(&format!("{a}.attention.head_count_kv"), t.n_head_kv as u32);
     }
-    w.add_kv(&format!("{a}.attention.key_length"), t.head as u32);
-    w.add_kv(&format!("{a}.attention.value_length"), t.head as u32);
+    let ds = a == "deepseek2";
+    if ds {
+        // MLA: one cache row of kv_lora + rope dims; query/key heads of nope + rope dims
+        w.add_kv(&format!("{a}.attention.key_length"), (DS_KV_LORA + DS_ROT) as u32);
+        w.add_kv(&format!("{a}.attention.value_length"), DS_KV_LORA as u32);
+        w.add_kv(&format!("{a}.attention.key_length_mla"), (DS_NOPE + DS_ROT) as u32);
+        w.add_kv(&format!("{a}.attention.value_length_mla"), t.head as u32);
+        w.add_kv(&format!("{a}.attention.q_lora_rank"), t.q_lora as u32);
+        w.add_kv(&format!("{a}.attention.kv_lora_rank"), DS_KV_LORA as u32);
+        w.add_kv(&format!("{a}.rope.dimension_count"), DS_ROT as u32);
+        w.add_kv(&format!("{a}.leading_dense_block_count"), 1u32);
+        w.add_kv(&format!("{a}.expert_shared_count"), 1u32);
+    } else {
+        w.add_kv(&format!("{a}.attention.key_length"), t.head as u32);
+        w.add_kv(&format!("{a}.attention.value_length"), t.head as u32);
+    }
     w.add_kv(&format!("{a}.context_length"), 256u32);
     w.add_kv(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5f32);
     if t.n_expert > 0 {
@@ -174,9 +199,24 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("ffn_down.weight"), vec![t.n_ff, e], 0.2, false)?;
             continue;
         }
-        add(n("attn_q.weight"), vec![e, hd * t.n_head], 0.2, false)?;
-        add(n("attn_k.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
-        add(n("attn_v.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
+        if ds {
+            let qd = t.n_head * (DS_NOPE + DS_ROT);
+            if t.q_lora == 0 {
+                add(n("attn_q.weight"), vec![e, qd], 0.2, false)?;
+            } else {
+                add(n("attn_q_a.weight"), vec![e, t.q_lora], 0.2, false)?;
+                add(n("attn_q_a_norm.weight"), vec![t.q_lora], 0.1, true)?;
+                add(n("attn_q_b.weight"), vec![t.q_lora, qd], 0.2, false)?;
+            }
+            add(n("attn_kv_a_mqa.weight"), vec![e, DS_KV_LORA + DS_ROT], 0.2, false)?;
+            add(n("attn_kv_a_norm.weight"), vec![DS_KV_LORA], 0.1, true)?;
+            add(n("attn_k_b.weight"), vec![DS_NOPE, DS_KV_LORA, t.n_head], 0.2, false)?;
+            add(n("attn_v_b.weight"), vec![DS_KV_LORA, hd, t.n_head], 0.2, false)?;
+        } else {
+            add(n("attn_q.weight"), vec![e, hd * t.n_head], 0.2, false)?;
+            add(n("attn_k.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
+            add(n("attn_v.weight"), vec![e, hd * t.n_head_kv], 0.2, false)?;
+        }
         add(n("attn_output.weight"), vec![hd * t.n_head, e], 0.2, false)?;
         let oss = a == "gpt-oss";
         let glm = a == "glm4moe";
@@ -206,12 +246,14 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
             add(n("post_attention_norm.weight"), vec![e], 0.1, true)?;
             add(n("post_ffw_norm.weight"), vec![e], 0.1, true)?;
         }
-        if t.n_expert > 0 && !(glm && il == 0) {
+        if t.n_expert > 0 && !((glm || ds) && il == 0) {
             if a == "lfm2moe" {
                 add(n("exp_probs_b.bias"), vec![t.n_expert], 0.1, false)?;
             }
-            if glm {
-                add(n("exp_probs_b.bias"), vec![t.n_expert], 0.1, false)?;
+            if glm || ds {
+                if glm {
+                    add(n("exp_probs_b.bias"), vec![t.n_expert], 0.1, false)?;
+                }
                 add(n("ffn_gate_shexp.weight"), vec![e, t.n_ff], 0.2, false)?;
                 add(n("ffn_up_shexp.weight"), vec![e, t.n_ff], 0.2, false)?;
                 add(n("ffn_down_shexp.weight"), vec![t.n_ff, e], 0.2, false)?;

@@ -1,7 +1,8 @@
 //! The decoder-only transformer that llama, qwen2, qwen3, qwen3moe, gemma2, gemma3,
-//! smollm3, granite and olmo2 share, assembled from the public [`crate::blocks`]: RMSNorm, GQA
-//! attention with RoPE over a KV cache, SwiGLU/GeGLU or top-k MoE FFN. Architectures differ only in the [`Spec`] they
-//! build from their metadata.
+//! smollm3, granite, olmo2 and deepseek2 share, assembled from the public [`crate::blocks`]:
+//! RMSNorm, GQA attention with RoPE over a KV cache (or DeepSeek's multi-head latent
+//! attention over a compressed one), SwiGLU/GeGLU or top-k MoE FFN. Architectures differ
+//! only in the [`Spec`] they build from their metadata.
 
 use std::sync::Arc;
 
@@ -9,8 +10,8 @@ use gguf_format::SplitGguf;
 use quant_kernels::{ops, Pool};
 
 use crate::blocks::{
-    dump, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Heads, Linear, Moe, Pass, RmsNorm,
-    RowLayout, SeqKv,
+    dump, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Heads, Linear, Mla, MlaDims, MlaScratch,
+    Moe, Pass, RmsNorm, RowLayout, SeqKv,
 };
 pub use crate::blocks::{Activation, Gating};
 use crate::hparams::Hparams;
@@ -102,6 +103,10 @@ pub struct Spec {
     /// The layers to run, where the file's `block_count` also counts layers that are not
     /// part of the forward pass (glm4moe's multi-token-prediction `nextn_predict_layers`).
     pub n_layer: Option<usize>,
+    /// Multi-head latent attention instead of [`Attention`] in every layer (deepseek2:
+    /// [`Mla`], one compressed cache row per token, no V cache); `attn_scale` and
+    /// `attn_temperature` apply to it.
+    pub mla: Option<MlaDims>,
 }
 
 impl Spec {
@@ -136,6 +141,23 @@ impl Spec {
             dense_lead: 0,
             n_shared_experts: 0,
             n_layer: None,
+            mla: None,
+        }
+    }
+}
+
+/// A layer's attention block.
+enum Mixer {
+    Attn(Attention),
+    Mla(Box<Mla>),
+}
+
+impl Mixer {
+    /// The rope of the cached keys (what a K shift rotates).
+    fn rope(&self) -> &crate::rope::Rope {
+        match self {
+            Mixer::Attn(a) => &a.rope,
+            Mixer::Mla(m) => &m.rope,
         }
     }
 }
@@ -143,7 +165,7 @@ impl Spec {
 /// One layer: `x += post_norm(attn(norm(x)))`, then `x += post_norm(ffn(norm(x)))`.
 struct Layer {
     attn_norm: Option<RmsNorm>,
-    attn: Attention,
+    attn: Mixer,
     post_attn_norm: Option<RmsNorm>,
     ffn_norm: Option<RmsNorm>,
     ffn: Ffn,
@@ -184,7 +206,6 @@ impl Transformer {
         tok_embd.scale = spec.embed_scale;
         let output = Linear::output(&ld, &tok_embd)?;
         let output_norm = RmsNorm::load(&ld, "output_norm.weight", e, eps)?;
-        let heads = Heads { n_head: hp.n_head, n_head_kv: hp.n_head_kv, head_k: hp.head_k, head_v: hp.head_v };
         let rope_freqs = match &spec.freq_factors {
             Some(f) => Some(f.clone()),
             None => ld.opt_vector("rope_freqs.weight", (hp.n_rot / 2) as u64)?,
@@ -203,6 +224,9 @@ impl Transformer {
                 m.weights_scale = hp.expert_weights_scale;
                 m.act = spec.activation;
                 m.gating = spec.moe_gating;
+                if hp.expert_groups.0 > 1 {
+                    m.groups = Some(hp.expert_groups);
+                }
                 if spec.n_shared_experts > 0 {
                     let fs = ff * spec.n_shared_experts;
                     let n = |s: &str| format!("blk.{il}.{s}");
@@ -237,30 +261,19 @@ impl Transformer {
                 // No rotated dimensions: rope is the identity, as llama.cpp skipping it.
                 rope.n_rot = 0;
             }
-            let per_head_norm = spec.qk_norm && !spec.qk_norm_whole;
-            // llama.cpp's `create_tensor_qkv`: a fused `attn_qkv` wherever the file has one.
-            let mut attn = if ld.has(&n("attn_qkv.weight")) {
-                Attention::load_fused(&ld, il, e, heads, per_head_norm, eps, rope)?
-            } else {
-                Attention::load(&ld, il, e, heads, per_head_norm, eps, rope)?
+            let attn = match spec.mla {
+                Some(dims) => {
+                    let mut m = Mla::load(&ld, il, e, dims, eps, rope)?;
+                    m.scale = spec.attn_scale.unwrap_or(m.scale);
+                    m.temperature = spec.attn_temperature;
+                    Mixer::Mla(Box::new(m))
+                }
+                None => Mixer::Attn(Self::attention(&ld, il, &hp, &spec, rope, swa)?),
             };
-            if spec.qk_norm && spec.qk_norm_whole {
-                attn.q_norm = Some(RmsNorm::load(&ld, &n("attn_q_norm.weight"), hp.n_head * hp.head_k, eps)?);
-                attn.k_norm = Some(RmsNorm::load(&ld, &n("attn_k_norm.weight"), hp.n_head_kv * hp.head_k, eps)?);
-            }
-            attn.window = if swa { spec.swa.as_ref().map(|s| s.window) } else { None };
-            attn.scale = spec.attn_scale.unwrap_or(attn.scale);
-            attn.scale_q = spec.scale_q;
-            attn.softcap = spec.attn_softcap;
-            attn.temperature = spec.attn_temperature;
-            if spec.attn_sinks {
-                attn.sinks = Some(ld.vector(&n("attn_sinks.weight"), hp.n_head as u64)?);
-            }
             let post = |s: &str| if spec.post_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
             let post_attn_norm = post("post_attention_norm.weight")?;
             let ffn_norm = pre(&format!("{}.weight", spec.ffn_norm_tensor))?;
             let post_ffn_norm = post("post_ffw_norm.weight")?;
-            attn.repack()?;
             ffn.repack()?;
             if let Some(s) = &mut shared {
                 s.repack()?;
@@ -268,6 +281,41 @@ impl Transformer {
             layers.push(Layer { attn_norm, attn, post_attn_norm, ffn_norm, ffn, shared, post_ffn_norm });
         }
         Ok(Transformer { arch: arch.to_string(), hp, spec, tok_embd, output, output_norm, layers })
+    }
+
+    /// Layer `il`'s [`Attention`] as `spec` shapes it, repacked.
+    fn attention(
+        ld: &Loader<'_>,
+        il: usize,
+        hp: &Hparams,
+        spec: &Spec,
+        rope: crate::rope::Rope,
+        swa: bool,
+    ) -> Result<Attention> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (e, eps) = (hp.n_embd, hp.rms_eps);
+        let heads = Heads { n_head: hp.n_head, n_head_kv: hp.n_head_kv, head_k: hp.head_k, head_v: hp.head_v };
+        let per_head_norm = spec.qk_norm && !spec.qk_norm_whole;
+        // llama.cpp's `create_tensor_qkv`: a fused `attn_qkv` wherever the file has one.
+        let mut attn = if ld.has(&n("attn_qkv.weight")) {
+            Attention::load_fused(ld, il, e, heads, per_head_norm, eps, rope)?
+        } else {
+            Attention::load(ld, il, e, heads, per_head_norm, eps, rope)?
+        };
+        if spec.qk_norm && spec.qk_norm_whole {
+            attn.q_norm = Some(RmsNorm::load(ld, &n("attn_q_norm.weight"), hp.n_head * hp.head_k, eps)?);
+            attn.k_norm = Some(RmsNorm::load(ld, &n("attn_k_norm.weight"), hp.n_head_kv * hp.head_k, eps)?);
+        }
+        attn.window = if swa { spec.swa.as_ref().map(|s| s.window) } else { None };
+        attn.scale = spec.attn_scale.unwrap_or(attn.scale);
+        attn.scale_q = spec.scale_q;
+        attn.softcap = spec.attn_softcap;
+        attn.temperature = spec.attn_temperature;
+        if spec.attn_sinks {
+            attn.sinks = Some(ld.vector(&n("attn_sinks.weight"), hp.n_head as u64)?);
+        }
+        attn.repack()?;
+        Ok(attn)
     }
 
     /// The hyperparameters.
@@ -328,6 +376,7 @@ struct Buffers {
     /// One row, for in-place norms.
     tmp: Vec<f32>,
     attn: AttentionScratch,
+    mla: MlaScratch,
     ffn: FfnScratch,
 }
 
@@ -373,7 +422,7 @@ impl Transformer {
             if whole { vec![(0, rows.n_rows())] } else { parts.iter().map(|p| (p.row0, p.tokens.len())).collect() };
         let mut b = Buffers::default();
         for (il, layer) in self.layers.iter().enumerate() {
-            let Buffers { h, a, tmp, attn, ffn } = &mut b;
+            let Buffers { h, a, tmp, attn, mla, ffn } = &mut b;
             norm_or_copy(layer.attn_norm.as_ref(), &x, h);
             dump(&format!("attn_norm-{il}"), h);
             let mut seqs: Vec<SeqKv<'_>> = parts
@@ -386,7 +435,10 @@ impl Transformer {
                     v: &mut p.st.kv.v[il],
                 })
                 .collect();
-            layer.attn.forward(&pass, il, h, &mut seqs, attn, a)?;
+            match &layer.attn {
+                Mixer::Attn(at) => at.forward(&pass, il, h, &mut seqs, attn, a)?,
+                Mixer::Mla(m) => m.forward(&pass, il, h, &mut seqs, mla, a)?,
+            }
             if let Some(w) = &layer.post_attn_norm {
                 w.forward_inplace(a, tmp);
             }
@@ -521,6 +573,12 @@ impl Model for Transformer {
             hp.head_v,
             self.tok_embd.n_vocab()
         );
+        if let Some(d) = &self.spec.mla {
+            s += &format!(
+                ", MLA (q rank {}, kv rank {}, rope dims {}, value head {})",
+                d.q_lora, d.kv_lora, d.n_rot, d.head_v
+            );
+        }
         if hp.n_expert > 0 {
             s += &format!(", {} experts ({} used)", hp.n_expert, hp.n_expert_used);
         }
@@ -540,7 +598,12 @@ impl Model for Transformer {
             )));
         }
         crate::kv_cache::check_head_widths(opts.cache_type_k, opts.cache_type_v, hp.head_k, hp.head_v)?;
-        let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); hp.n_layer];
+        let width = match &self.spec.mla {
+            // one compressed row per token; the values are a view of it
+            Some(d) => (d.cache_width(), 0),
+            None => (hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v),
+        };
+        let widths = vec![width; hp.n_layer];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
         let threads = opts.n_threads.max(1);
         Ok(Box::new(TransformerState {
@@ -574,11 +637,14 @@ impl Model for Transformer {
             let mut dst = keep.min(st.n_past);
             for &(src, n) in chunks {
                 if dst != src {
-                    layer.attn.rope.cache_at(dst as i64 - src as i64, &mut rc);
-                    st.kv.k[il].map_rows(src, n, |row| {
-                        for h in row[..nkv * hk].chunks_exact_mut(hk) {
-                            layer.attn.rope.apply(&rc, h);
+                    layer.attn.rope().cache_at(dst as i64 - src as i64, &mut rc);
+                    st.kv.k[il].map_rows(src, n, |row| match &layer.attn {
+                        Mixer::Attn(at) => {
+                            for h in row[..nkv * hk].chunks_exact_mut(hk) {
+                                at.rope.apply(&rc, h);
+                            }
                         }
+                        Mixer::Mla(m) => m.shift_row(&rc, row),
                     })?;
                     st.kv.k[il].move_rows(src, dst, n)?;
                     st.kv.v[il].move_rows(src, dst, n)?;

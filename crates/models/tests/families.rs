@@ -225,6 +225,63 @@ fn glm4moe_bad_input_is_named() {
     assert!(err.contains("glm4moe.expert_count"), "{err}");
 }
 
+// ---- deepseek2 ----
+
+#[test]
+fn deepseek2_runs_its_latent_attention_and_decodes_incrementally() {
+    let tokens = [5u32, 17, 2, 40, 11, 9, 33, 8];
+    for q_lora in [0, 24] {
+        let t = Tiny { q_lora, ..Tiny::new("deepseek2") };
+        let (arch, _, all) = logits_of(&t, &[], &tokens);
+        assert_eq!(arch, "deepseek2");
+        let (describe, st) = decodes_incrementally(&t, &tokens);
+        assert!(describe.contains(&format!("MLA (q rank {q_lora}, kv rank 32, rope dims 8")), "{describe}");
+        // one compressed row per token and layer: 40 f16 values of K, no V
+        assert_eq!(st.cache_bytes(), 2 * 64 * 40 * 2, "{describe}");
+        // group-limited routing takes part: 2 groups of 2 experts, 1 chosen
+        let groups =
+            [("deepseek2.expert_group_count", Value::U32(2)), ("deepseek2.expert_group_used_count", Value::U32(1))];
+        let (_, _, grouped) = logits_of(&t, &groups, &tokens);
+        assert!(rows_differ(&all, &grouped));
+        // YaRN changes the rope and the score scale
+        let yarn = [
+            ("deepseek2.rope.scaling.type", Value::from("yarn")),
+            ("deepseek2.rope.scaling.factor", Value::F32(40.0)),
+            ("deepseek2.rope.scaling.original_context_length", Value::U32(16)),
+            ("deepseek2.rope.scaling.yarn_log_multiplier", Value::F32(0.0707)),
+        ];
+        let (_, _, scaled) = logits_of(&t, &yarn, &tokens);
+        assert!(rows_differ(&all, &scaled));
+    }
+}
+
+#[test]
+fn deepseek2_bad_input_is_named() {
+    let t = Tiny::new("deepseek2");
+    for missing in ["blk.0.attn_k_b.weight", "blk.1.attn_kv_a_norm.weight", "blk.1.ffn_up_shexp.weight"] {
+        let err = load_error(&t, Some(missing), &[]);
+        assert!(err.contains(missing), "{err}");
+    }
+    let err = load_error(&Tiny { q_lora: 24, ..Tiny::new("deepseek2") }, Some("blk.0.attn_q_a_norm.weight"), &[]);
+    assert!(err.contains("blk.0.attn_q_a_norm.weight"), "{err}");
+    let err = load_error(&t, None, &[("deepseek2.attention.key_length_mla", Value::U32(0))]);
+    assert!(err.contains("deepseek2.attention.key_length_mla") && err.contains("convert"), "{err}");
+    let err = load_error(&t, None, &[("deepseek2.attention.key_length", Value::U32(32))]);
+    assert!(err.contains("key_length"), "{err}");
+    let err = load_error(&t, None, &[("deepseek2.expert_group_count", Value::U32(3))]);
+    assert!(err.contains("deepseek2.expert_group_count"), "{err}");
+    let err = load_error(&t, None, &[("deepseek2.expert_group_count", Value::U32(2))]);
+    assert!(err.contains("deepseek2.expert_group_used_count"), "{err}");
+    let err = load_error(
+        &t,
+        None,
+        &[("deepseek2.expert_count", Value::U32(0)), ("deepseek2.expert_used_count", Value::U32(0))],
+    );
+    assert!(err.contains("deepseek2.expert_count"), "{err}");
+    let err = load_error(&t, None, &[("deepseek2.attention.temperature_scale", Value::F32(0.1))]);
+    assert!(err.contains("deepseek2.attention.temperature_length"), "{err}");
+}
+
 // ---- lfm2 ----
 
 #[test]

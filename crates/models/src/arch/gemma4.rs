@@ -165,12 +165,14 @@ fn read_hparams(ld: &Loader<'_>) -> Result<Hparams> {
         rope_yarn: false,
         n_ctx_orig: ld.opt_u32("rope.scaling.original_context_length")?.unwrap_or(n_ctx_train as u32),
         rope_yarn_log_mul: 0.0,
+        rope_yarn_mscale: 1.0,
         rope_attn_factor: ld.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
         rope_yarn_beta: (32.0, 1.0),
         n_expert,
         n_expert_used: ld.opt_u32("expert_used_count")?.unwrap_or(0) as usize,
         n_ff_exp: 0,
         expert_weights_scale: 0.0,
+        expert_groups: crate::hparams::expert_groups(ld, n_expert)?,
     })
 }
 

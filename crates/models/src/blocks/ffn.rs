@@ -252,6 +252,38 @@ pub struct Moe {
     /// Added to the probabilities for choosing the experts only (`exp_probs_b.bias`,
     /// DeepSeek-V3's correction bias), not to their weights.
     pub selection_bias: Option<Vec<f32>>,
+    /// Group-limited routing `(groups, used)` (DeepSeek-V3's `expert_group_count` /
+    /// `expert_group_used_count`): the experts, in `groups` equal runs, are chosen only
+    /// from the `used` groups whose two best selection scores sum highest ([`mask_groups`]).
+    pub groups: Option<(usize, usize)>,
+}
+
+/// Masks (to −∞) every expert outside the `n_used` best of `n_groups` equal groups of
+/// `sel` (one token's selection scores), a group's score the sum of its two largest — the
+/// `n_expert_groups > 1` step of llama.cpp's `build_moe_ffn` (`ggml_argsort_top_k` of 2,
+/// `ggml_sum_rows`, top `n_group_used`; ties to the lower index).
+pub fn mask_groups(sel: &mut [f32], n_groups: usize, n_used: usize) {
+    let per = sel.len() / n_groups;
+    let score: Vec<f32> = sel
+        .chunks_exact(per)
+        .map(|g| {
+            let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for &x in g {
+                if x > a {
+                    (a, b) = (x, a);
+                } else if x > b {
+                    b = x;
+                }
+            }
+            // ggml_sum_rows accumulates in f64: one rounding of the exact sum
+            (a as f64 + b as f64) as f32
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..n_groups).collect();
+    order.sort_by(|&x, &y| score[y].total_cmp(&score[x]).then(x.cmp(&y)));
+    for &g in &order[n_used.min(n_groups)..] {
+        sel[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
+    }
 }
 
 impl Moe {
@@ -275,6 +307,7 @@ impl Moe {
             act: Activation::Silu,
             gating: Gating::Softmax,
             selection_bias: ld.opt_vector(&n("exp_probs_b.bias"), n_expert as u64)?,
+            groups: None,
         })
     }
 
@@ -298,13 +331,19 @@ impl Moe {
                 Gating::Sigmoid => p.iter_mut().for_each(|x| *x = super::sigmoid(*x)),
                 Gating::SoftmaxWeight => {}
             }
-            let chosen: &[f32] = match &self.selection_bias {
-                Some(b) => {
+            let chosen: &[f32] = match (&self.selection_bias, self.groups) {
+                (None, None) => p,
+                (b, groups) => {
                     sel_probs.clear();
-                    sel_probs.extend(p.iter().zip(b).map(|(x, y)| x + y));
+                    match b {
+                        Some(b) => sel_probs.extend(p.iter().zip(b).map(|(x, y)| x + y)),
+                        None => sel_probs.extend_from_slice(p),
+                    }
+                    if let Some((n_groups, n_used)) = groups {
+                        mask_groups(&mut sel_probs, n_groups, n_used);
+                    }
                     &sel_probs
                 }
-                None => p,
             };
             idx.clear();
             idx.extend(0..ne);

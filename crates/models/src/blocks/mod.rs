@@ -2,7 +2,8 @@
 //! architectures are made of: [`RmsNorm`], [`Linear`] (a weight matrix, quantized in place,
 //! with its optional bias), [`Attention`] (Q/K/V projections, QK-norm, rope, the KV cache
 //! and llama.cpp's flash-attention arithmetic, the output projection) and [`attend`] (just
-//! the attention over the cache, for a family with projections of its own), the FFNs
+//! the attention over the cache, for a family with projections of its own), [`Mla`]
+//! (DeepSeek's multi-head latent attention over a compressed cache row), the FFNs
 //! ([`GatedFfn`], [`Moe`], [`Ffn`]) and [`Embedding`].
 //!
 //! Every block computes what the matching part of llama.cpp's graph computes, in the same
@@ -32,6 +33,7 @@ mod attention;
 mod delta_net;
 mod ffn;
 mod linear;
+mod mla;
 mod norm;
 
 use std::sync::Arc;
@@ -43,8 +45,9 @@ pub use delta_net::{
     causal_conv, dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState,
     SeqRs,
 };
-pub use ffn::{Activation, Experts, Ffn, FfnScratch, GatedFfn, Gating, Moe};
+pub use ffn::{mask_groups, Activation, Experts, Ffn, FfnScratch, GatedFfn, Gating, Moe};
 pub use linear::{Embedding, Linear};
+pub use mla::{Mla, MlaDims, MlaScratch};
 pub use norm::RmsNorm;
 
 use quant_kernels::Pool;
