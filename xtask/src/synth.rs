@@ -1422,7 +1422,7 @@ fn write_deepseek2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Famil
     b.tensor(&p("attn_kv_a_mqa.weight"), &[e, kv_lora + n_rot], types.next(e), 0.0, s(e))?;
     b.tensor(&p("attn_kv_a_norm.weight"), &[kv_lora], "f32", 1.0, 0.1)?;
     // the per-head absorption matrices: F16 on even layers, Q8_0 on odd ones
-    let per_head = if il % 2 == 0 { "f16" } else { "q8_0" };
+    let per_head = if il.is_multiple_of(2) { "f16" } else { "q8_0" };
     b.tensor(&p("attn_k_b.weight"), &[qk_nope, kv_lora, nh], per_head, 0.0, s(qk_nope))?;
     b.tensor(&p("attn_v_b.weight"), &[kv_lora, v_mla, nh], per_head, 0.0, s(kv_lora))?;
     b.tensor(&p("attn_output.weight"), &[nh * v_mla, e], types.next(nh * v_mla), 0.0, s(nh * v_mla))?;

@@ -2,7 +2,7 @@
 //!
 //! Architectures register themselves by `general.architecture` (an
 //! `inventory::submit!` of a [`registry::Architecture`]); [`load`] opens a file and
-//! dispatches. The built-in ones (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, smollm3, granite,
+//! dispatches. The built-in ones (llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3, smollm3, granite,
 //! olmo2) share [`transformer::Transformer`], differing only in their
 //! [`transformer::Spec`]. Weights stay quantized in the file's mmap (each shard's, for a
 //! split model); `quant_kernels` computes on them in place.

@@ -148,7 +148,7 @@ impl Spec {
 
 /// A layer's attention block.
 enum Mixer {
-    Attn(Attention),
+    Attn(Box<Attention>),
     Mla(Box<Mla>),
 }
 
@@ -268,7 +268,7 @@ impl Transformer {
                     m.temperature = spec.attn_temperature;
                     Mixer::Mla(Box::new(m))
                 }
-                None => Mixer::Attn(Self::attention(&ld, il, &hp, &spec, rope, swa)?),
+                None => Mixer::Attn(Box::new(Self::attention(&ld, il, &hp, &spec, rope, swa)?)),
             };
             let post = |s: &str| if spec.post_norms { RmsNorm::load(&ld, &n(s), e, eps).map(Some) } else { Ok(None) };
             let post_attn_norm = post("post_attention_norm.weight")?;

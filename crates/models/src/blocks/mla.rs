@@ -43,7 +43,7 @@ impl MlaDims {
 /// The query projection: direct, or through the compressed rank with its norm.
 enum QProj {
     Direct(Linear),
-    Lora { a: Linear, norm: RmsNorm, b: Linear },
+    Lora(Box<(Linear, RmsNorm, Linear)>),
 }
 
 /// One MLA layer (see the module docs).
@@ -109,19 +109,19 @@ impl Mla {
         let mut q = if q_lora == 0 {
             QProj::Direct(Linear::load(ld, &n("attn_q"), n_embd, qd)?)
         } else {
-            QProj::Lora {
-                a: Linear::load(ld, &n("attn_q_a"), n_embd, q_lora)?,
-                norm: RmsNorm::load(ld, &n("attn_q_a_norm.weight"), q_lora, eps)?,
-                b: Linear::load(ld, &n("attn_q_b"), q_lora, qd)?,
-            }
+            QProj::Lora(Box::new((
+                Linear::load(ld, &n("attn_q_a"), n_embd, q_lora)?,
+                RmsNorm::load(ld, &n("attn_q_a_norm.weight"), q_lora, eps)?,
+                Linear::load(ld, &n("attn_q_b"), q_lora, qd)?,
+            )))
         };
         match &mut q {
             QProj::Direct(w) => {
                 w.repack()?;
             }
-            QProj::Lora { a, b, .. } => {
-                a.repack()?;
-                b.repack()?;
+            QProj::Lora(l) => {
+                l.0.repack()?;
+                l.2.repack()?;
             }
         }
         let mut wkv_a = Linear::load(ld, &n("attn_kv_a_mqa"), n_embd, kv_lora + n_rot)?;
@@ -169,10 +169,10 @@ impl Mla {
         let MlaScratch { q, kvpe, kv, k, qc, o, vo, xs, ys, tmp, rc } = sc;
         match &self.q {
             QProj::Direct(w) => w.forward(pass, h, q)?,
-            QProj::Lora { a, norm, b } => {
-                a.forward(pass, h, ys)?;
-                norm.forward_inplace(ys, tmp);
-                b.forward(pass, ys, q)?;
+            QProj::Lora(l) => {
+                l.0.forward(pass, h, ys)?;
+                l.1.forward_inplace(ys, tmp);
+                l.2.forward(pass, ys, q)?;
             }
         }
         dump(&format!("q-{il}"), q);
