@@ -144,6 +144,81 @@ pub trait Model: Send + Sync {
     fn shift_cache(&self, _state: &mut dyn State, _keep: usize, _chunks: &[(usize, usize)]) -> Result<()> {
         Err(crate::Error::Unsupported(format!("{}: KV cache shifting", self.arch())))
     }
+    /// The model as an embedding encoder (bert, nomic-bert), if it is one. The default:
+    /// `None` (a decoder-only model has no `gguf embed` path yet).
+    fn encoder(&self) -> Option<&dyn Encoder> {
+        None
+    }
+}
+
+/// How an encoder turns its per-token outputs into one result per sequence (llama.cpp's
+/// `llama_pooling_type`; the numbers are its enum values and `{arch}.pooling_type`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// Every token's embedding (`LLAMA_POOLING_TYPE_NONE`, 0).
+    None,
+    /// The mean over the sequence's tokens (1).
+    Mean,
+    /// The first token's (2).
+    Cls,
+    /// The last token's (3).
+    Last,
+    /// A reranker's score(s): the first token's embedding through the classifier head
+    /// (`cls`, tanh, `cls.output`), `n_cls_out` floats (4).
+    Rank,
+}
+
+impl Pooling {
+    /// Every pooling, in llama.cpp's order.
+    pub const ALL: [Pooling; 5] = [Pooling::None, Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::Rank];
+
+    /// llama.cpp's spelling (`--pooling`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::None => "none",
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+            Pooling::Rank => "rank",
+        }
+    }
+
+    /// By [`Pooling::name`].
+    pub fn parse(s: &str) -> Result<Pooling> {
+        Pooling::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            crate::Error::Invalid(format!(
+                "unknown pooling `{s}` (known: {})",
+                Pooling::ALL.map(|p| p.name()).join(", ")
+            ))
+        })
+    }
+
+    /// By llama.cpp's enum value (`{arch}.pooling_type`); `None` for an unknown value.
+    pub fn from_id(id: i64) -> Option<Pooling> {
+        Pooling::ALL.get(usize::try_from(id).ok()?).copied()
+    }
+}
+
+/// An embedding model (an encoder with no KV cache: each call sees whole sequences, as
+/// llama.cpp's `llama_encode`). Why a trait of its own rather than more [`Model`] methods:
+/// its input is a set of complete sequences and its output vectors, not logits of a
+/// growing sequence — nothing of [`State`] applies.
+pub trait Encoder: Send + Sync {
+    /// Width of one embedding (`n_embd_out`).
+    fn n_embd_out(&self) -> usize;
+    /// Floats of one [`Pooling::Rank`] result (`n_cls_out`: the classifier's labels, 1 when
+    /// the file names none).
+    fn n_cls_out(&self) -> usize;
+    /// The file's pooling (`{arch}.pooling_type`; absent: [`Pooling::None`], as
+    /// llama.cpp's context defaults).
+    fn pooling(&self) -> Pooling;
+    /// Encodes each sequence (token ids, its positions from 0) on its own and pools it:
+    /// per sequence, `n × n_embd_out` floats for [`Pooling::None`], `n_embd_out` for
+    /// mean/cls/last, `n_cls_out` for rank. A sequence's result never depends on the others.
+    /// An empty sequence, one longer than the training context (absolute position
+    /// embeddings end there), a token out of range or a pooling the file cannot do is an
+    /// error naming it.
+    fn embed(&self, pool: &quant_kernels::Pool, seqs: &[&[u32]], pooling: Pooling) -> Result<Vec<Vec<f32>>>;
 }
 
 /// One sequence's share of a [`Model::forward_batch`].

@@ -2,6 +2,7 @@
 //! shared [`crate::transformer::Transformer`] and registers itself through [`load_with`],
 //! which plug-in architectures of the same family use too.
 
+mod bert;
 mod deepseek2;
 mod gemma2;
 mod gemma3;

@@ -561,6 +561,21 @@ fn add_sink(sink: f32, m: &mut f32, s: &mut f32, acc: &mut [f32], fused: bool) {
 
 /// [`attend`] with every score option ([`Scores`]: scale, soft-cap, window, sinks).
 pub fn attend_with(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], sc: &Scores<'_>, o: &mut [f32]) {
+    attend_impl(pool, heads, seqs, q, sc, false, o)
+}
+
+/// Non-causal attention (an encoder's, llama.cpp's `build_attn` without a cache): every
+/// query row of a sequence attends to all of its `n` cells `pos0..pos0 + n`, not only to
+/// those up to its own position, in the arithmetic [`attend_with`] uses for the same
+/// number of rows (one-chunk rows below 64 rows, f32 tiles from 64: what ggml's flash
+/// attention computes for one sequence per ubatch, whose K and V llama.cpp casts to F16
+/// — an F16 [`CacheMatrix`] of the sequence's own rows).
+pub fn attend_full(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], sc: &Scores<'_>, o: &mut [f32]) {
+    attend_impl(pool, heads, seqs, q, sc, true, o)
+}
+
+/// [`attend_with`] (`full` false: causal) or [`attend_full`].
+fn attend_impl(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], sc: &Scores<'_>, full: bool, o: &mut [f32]) {
     let (scale, cap) = match sc.softcap {
         Some(c) if c != 0.0 => (sc.scale / c, c),
         _ => (sc.scale, 0.0),
@@ -585,7 +600,8 @@ pub fn attend_with(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], s
             pool.for_each(nh / per * n_qt, &|i| {
                 let (head, qt) = (i % (nh / per) * per, i / (nh / per));
                 let rows = qt * TILE..(qt * TILE + TILE).min(n);
-                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0, sinks };
+                let last = full.then_some(p0 + n - 1);
+                let geo = TileGeometry { head, nh, kvh: head / group, hk, hv, scale, cap, window, p0, last, sinks };
                 if f16 {
                     attend_tiled(kc, vc, &geo, per, rows, qs, os);
                 } else {
@@ -598,7 +614,7 @@ pub fn attend_with(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], s
     }
     let (rest_f16, rest): (Vec<SeqView<'_>>, Vec<SeqView<'_>>) = rest.into_iter().partition(|s| f16_kv(s));
     if !rest_f16.is_empty() {
-        let geo = RowsGeometry { heads, scale, cap, window, sinks };
+        let geo = RowsGeometry { heads, scale, cap, window, sinks, full };
         attend_f16_rows(pool, &geo, &rest_f16, q, &outs);
     }
     if rest.is_empty() {
@@ -622,7 +638,7 @@ pub fn attend_with(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], s
             let mut guard = cell.borrow_mut();
             let sc = &mut *guard;
             let kvh = head / group;
-            let pos = p0 + t;
+            let pos = if full { p0 + s.n - 1 } else { p0 + t };
             let lo = match window {
                 Some(w) => (pos + 1).saturating_sub(w),
                 None => 0,
@@ -645,6 +661,8 @@ struct RowsGeometry<'a> {
     cap: f32,
     window: Option<usize>,
     sinks: Option<&'a [f32]>,
+    /// Every row sees all of its sequence's cells ([`attend_full`]).
+    full: bool,
 }
 
 /// How ggml-cpu splits one row's keys on its F16 path: `n_kv` is the cache padded to 256
@@ -665,7 +683,7 @@ fn f16_chunk(n_ctx: usize, pos: usize, n_rows: usize, nth: usize) -> usize {
 /// arithmetic in ggml's order. A one-chunk row is finished in its task; a split row's
 /// chunks are combined afterwards in chunk order, as ggml reduces them.
 fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry<'_>, seqs: &[SeqView<'_>], q: &[f32], outs: &[Mutex<&mut [f32]>]) {
-    let RowsGeometry { heads, scale, cap, window, sinks } = *geo;
+    let RowsGeometry { heads, scale, cap, window, sinks, full } = *geo;
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
     let (nth, layout) = (pool.n_threads(), ops::native_dot_layout());
@@ -686,7 +704,7 @@ fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry<'_>, seqs: &[SeqView<'_>], q:
         let (s, (t0, chunk, slots)) = (&seqs[j], plans[j]);
         let local = i - t0;
         let (t, kvh, c) = (local / (nkv * slots), local / slots % nkv, local % slots);
-        let pos = s.pos0 + t;
+        let pos = if full { s.pos0 + s.n - 1 } else { s.pos0 + t };
         let chunk = if s.n == 1 { chunk } else { f16_chunk(s.k.n_rows(), pos, s.n, nth) };
         let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let (a, b) = ((c * chunk).max(lo), (c * chunk + chunk - 1).min(pos));
@@ -986,9 +1004,9 @@ fn attend_one_chunk_tiled(
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0, sinks } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0, last, sinks } = *g;
     let (k_off, v_off) = (kvh * hk, kvh * hv);
-    let pos_of = |t: usize| p0 + t;
+    let pos_of = |t: usize| last.unwrap_or(p0 + t);
     let lo_of = |t: usize| window.map_or(0, |w| (pos_of(t) + 1).saturating_sub(w));
     let mut state: Vec<ChunkRow> = rows.clone().map(|_| ChunkRow::default()).collect();
     let Some(dot) = dot_for(kc) else {
@@ -1067,6 +1085,8 @@ struct TileGeometry<'a> {
     cap: f32,
     window: Option<usize>,
     p0: usize,
+    /// The last cell every row sees ([`attend_full`]); `None`: each row its own position.
+    last: Option<usize>,
     /// Sink logits of every query head.
     sinks: Option<&'a [f32]>,
 }
@@ -1092,11 +1112,11 @@ fn attend_tiled(
     q: &[f32],
     outs: &[Mutex<&mut [f32]>],
 ) {
-    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0, sinks } = *g;
+    let TileGeometry { head, nh, kvh, hk, hv, scale, cap, window, p0, last, sinks } = *g;
     let r = rows.len();
     let layout = ops::native_dot_layout();
     let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
-    let pos_of = |i: usize| p0 + rows.start + i;
+    let pos_of = |i: usize| last.unwrap_or(p0 + rows.start + i);
     let lo_of = |i: usize| window.map_or(0, |w| (pos_of(i) + 1).saturating_sub(w));
     // per head of the group: its q rows, scores, accumulators, maxima and sums
     let mut qt = vec![0f32; n_heads * r * hk];

@@ -39,7 +39,8 @@ mod norm;
 use std::sync::Arc;
 
 pub use attention::{
-    attend, attend_softcap, attend_with, temperature, Attention, AttentionScratch, Heads, Scores, SeqKv, SeqView,
+    attend, attend_full, attend_softcap, attend_with, temperature, Attention, AttentionScratch, Heads, Scores, SeqKv,
+    SeqView,
 };
 pub use delta_net::{
     causal_conv, dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState,
@@ -48,7 +49,7 @@ pub use delta_net::{
 pub use ffn::{mask_groups, Activation, Experts, Ffn, FfnScratch, GatedFfn, Gating, Moe};
 pub use linear::{Embedding, Linear};
 pub use mla::{Mla, MlaDims, MlaScratch};
-pub use norm::RmsNorm;
+pub use norm::{layer_norm_row, LayerNorm, RmsNorm};
 
 use quant_kernels::Pool;
 

@@ -42,3 +42,79 @@ impl RmsNorm {
         }
     }
 }
+
+/// LayerNorm with weight and bias (llama.cpp's `LLM_NORM`: `ggml_norm`, then `ggml_mul` by
+/// the weight and `ggml_add` of the bias), per row as ggml-cpu's `ggml_compute_forward_norm_f32`
+/// computes it: the mean from an f64 sum (`ggml_vec_sum_f32`) rounded to f32 and divided
+/// by the width in f32; the centred values and their variance as `ggml_vec_cvar_f32` (whole
+/// SIMD vectors' squares reduced as the build's horizontal add, each added in f64, the
+/// tail in f64 one by one, the f64 mean of squares rounded to f32); then `1/√(var + ε)`.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    /// The per-channel weight; its length is the row width.
+    pub weight: Vec<f32>,
+    /// The per-channel bias.
+    pub bias: Vec<f32>,
+    /// ε inside the square root.
+    pub eps: f32,
+}
+
+impl LayerNorm {
+    /// Reads `{name}.weight` and `{name}.bias`, `width` elements each (both required, as
+    /// llama.cpp's BERT loaders require them).
+    pub fn load(ld: &Loader<'_>, name: &str, width: usize, eps: f32) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: ld.vector(&format!("{name}.weight"), width as u64)?,
+            bias: ld.vector(&format!("{name}.bias"), width as u64)?,
+            eps,
+        })
+    }
+
+    /// Normalizes every row of `x` in place.
+    pub fn forward_inplace(&self, x: &mut [f32]) {
+        let width = self.weight.len();
+        for row in x.chunks_exact_mut(width) {
+            layer_norm_row(row, self.eps);
+            ops::mul_inplace(row, &self.weight);
+            ops::add_inplace(row, &self.bias);
+        }
+    }
+}
+
+/// `ggml_norm` of one row in place (no weight, no bias): see [`LayerNorm`].
+pub fn layer_norm_row(x: &mut [f32], eps: f32) {
+    let n = x.len();
+    if n == 0 {
+        return;
+    }
+    let sum: f64 = x.iter().map(|&v| v as f64).sum();
+    let mean = sum as f32 / n as f32;
+    let layout = ops::native_dot_layout();
+    let lanes = if layout == ops::DotLayout::Avx512 { 16 } else { 8 };
+    let nv = n - n % lanes;
+    let mut var = 0f64;
+    for c in x[..nv].chunks_exact_mut(lanes) {
+        let mut sq = [0f32; 16];
+        for (s, v) in sq.iter_mut().zip(c.iter_mut()) {
+            *v -= mean;
+            *s = *v * *v;
+        }
+        let r = match layout {
+            ops::DotLayout::Avx512 => quant_kernels::scalar::dots::reduce16(&sq),
+            ops::DotLayout::Avx2 => {
+                // _mm256 → hi + lo (4 lanes), + movehl, + movehdup
+                let h = [sq[4] + sq[0], sq[5] + sq[1], sq[6] + sq[2], sq[7] + sq[3]];
+                let p = [h[0] + h[2], h[1] + h[3]];
+                p[0] + p[1]
+            }
+        };
+        var += r as f64;
+    }
+    for v in x[nv..].iter_mut() {
+        *v -= mean;
+        var += (*v * *v) as f64;
+    }
+    let var = (var / n as f64) as f32;
+    let scale = 1.0f32 / (var + eps).sqrt();
+    ops::scale_inplace(x, scale);
+}
