@@ -92,6 +92,9 @@ fn rand_f32(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
 
 /// Writes the model to `path`, leaving out tensor `skip` and adding `extra` keys.
 pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)]) -> Result<()> {
+    if matches!(t.arch.as_str(), "bert" | "nomic-bert") {
+        return write_encoder(t, path, skip, extra);
+    }
     let mut rng = rand::rngs::StdRng::seed_from_u64(t.seed);
     let mut w = GgufWriter::new();
     let a = t.arch.as_str();
@@ -271,6 +274,117 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
     if a == "gpt-oss" {
         add("output.weight".into(), vec![e, t.n_vocab], 1.0, false)?;
     }
+    w.write_to_path(path)?;
+    Ok(())
+}
+
+/// The encoders (`bert`, `nomic-bert`): `token_embd` (+ `token_types` of 2 rows,
+/// `position_embd` for bert), `token_embd_norm`, per layer separate Q/K/V with biases
+/// (bert) or one `attn_qkv` (nomic-bert), `attn_output`, the LayerNorms `attn_output_norm` /
+/// `layer_output_norm`, a GELU FFN with biases (bert) or SwiGLU (nomic-bert); a
+/// `cls` / `cls.output` reranker head of 2 labels. `pooling_type` mean. With the tokenizer:
+/// a WordPiece (`bert`) vocabulary of `[PAD] [UNK] [CLS] [SEP]`, the 26 letters as word
+/// starts (`▁a`) and as continuations (`a`), and the space-led digits — 66 tokens.
+fn write_encoder(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)]) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(t.seed);
+    let mut w = GgufWriter::new();
+    let a = t.arch.as_str();
+    let nomic = a == "nomic-bert";
+    let k = |s: &str| format!("{a}.{s}");
+    w.add_kv("general.architecture", a);
+    w.add_kv(&k("block_count"), t.n_layer as u32);
+    w.add_kv(&k("embedding_length"), t.n_embd as u32);
+    w.add_kv(&k("feed_forward_length"), t.n_ff as u32);
+    w.add_kv(&k("attention.head_count"), t.n_head as u32);
+    w.add_kv(&k("context_length"), 128u32);
+    w.add_kv(&k("attention.layer_norm_epsilon"), 1e-12f32);
+    w.add_kv(&k("attention.causal"), false);
+    w.add_kv(&k("pooling_type"), 1u32);
+    w.add_kv(&k("classifier.output_labels"), Value::Array(Array::String(vec!["no", "yes"].into())));
+    if nomic {
+        w.add_kv(&k("rope.freq_base"), 1000f32);
+    }
+    let n_vocab = if t.tokenizer {
+        let mut tokens: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"].map(String::from).to_vec();
+        tokens.extend((b'a'..=b'z').map(|c| format!("\u{2581}{}", c as char)));
+        tokens.extend((b'a'..=b'z').map(|c| (c as char).to_string()));
+        tokens.extend((b'0'..=b'9').map(|c| format!("\u{2581}{}", c as char)));
+        let mut types = vec![1i32; tokens.len()];
+        types[..4].fill(3);
+        let n = tokens.len() as u64;
+        let bytes: Vec<Vec<u8>> = tokens.into_iter().map(String::into_bytes).collect();
+        w.add_kv("tokenizer.ggml.model", "bert");
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(Array::String(bytes.into())));
+        w.add_kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        w.add_kv("tokenizer.ggml.padding_token_id", 0u32);
+        w.add_kv("tokenizer.ggml.unknown_token_id", 1u32);
+        w.add_kv("tokenizer.ggml.cls_token_id", 2u32);
+        w.add_kv("tokenizer.ggml.bos_token_id", 2u32);
+        w.add_kv("tokenizer.ggml.seperator_token_id", 3u32);
+        n
+    } else {
+        t.n_vocab
+    };
+    w.add_kv("tokenizer.ggml.token_type_count", 2u32);
+    for (key, v) in extra {
+        w.add_kv(key, v.clone());
+    }
+    let q8 = ggml_quants::lookup_name("q8_0")?;
+    let mut add = |name: String, dims: Vec<u64>, scale: f32, ones: bool| -> Result<()> {
+        if skip == Some(name.as_str()) {
+            return Ok(());
+        }
+        let n: u64 = dims.iter().product();
+        let mut v = rand_f32(&mut rng, n as usize, scale);
+        if ones {
+            v.iter_mut().for_each(|x| *x += 1.0);
+        }
+        if t.q8 && dims.len() >= 2 && dims[0].is_multiple_of(32) && !name.starts_with("token_types") {
+            let bytes = q8.quantize_to_vec(&v, dims[0] as usize, None)?;
+            w.add_tensor_owned(&name, &dims, q8.id, bytes)?;
+        } else {
+            w.add_tensor_owned(&name, &dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
+        }
+        Ok(())
+    };
+    let (e, f) = (t.n_embd, t.n_ff);
+    add("token_embd.weight".into(), vec![e, n_vocab], 1.0, false)?;
+    add("token_types.weight".into(), vec![e, 2], 0.5, false)?;
+    if !nomic {
+        add("position_embd.weight".into(), vec![e, 128], 0.5, false)?;
+    }
+    add("token_embd_norm.weight".into(), vec![e], 0.1, true)?;
+    add("token_embd_norm.bias".into(), vec![e], 0.1, false)?;
+    for il in 0..t.n_layer {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        if nomic {
+            add(n("attn_qkv.weight"), vec![e, 3 * e], 0.3, false)?;
+        } else {
+            for x in ["attn_q", "attn_k", "attn_v"] {
+                add(n(&format!("{x}.weight")), vec![e, e], 0.3, false)?;
+                add(n(&format!("{x}.bias")), vec![e], 0.1, false)?;
+            }
+        }
+        add(n("attn_output.weight"), vec![e, e], 0.2, false)?;
+        add(n("attn_output.bias"), vec![e], 0.1, false)?;
+        add(n("attn_output_norm.weight"), vec![e], 0.1, true)?;
+        add(n("attn_output_norm.bias"), vec![e], 0.1, false)?;
+        if nomic {
+            add(n("ffn_gate.weight"), vec![e, f], 0.2, false)?;
+        }
+        add(n("ffn_up.weight"), vec![e, f], 0.2, false)?;
+        add(n("ffn_down.weight"), vec![f, e], 0.2, false)?;
+        if !nomic {
+            add(n("ffn_up.bias"), vec![f], 0.1, false)?;
+            add(n("ffn_down.bias"), vec![e], 0.1, false)?;
+        }
+        add(n("layer_output_norm.weight"), vec![e], 0.1, true)?;
+        add(n("layer_output_norm.bias"), vec![e], 0.1, false)?;
+    }
+    add("cls.weight".into(), vec![e, e], 0.2, false)?;
+    add("cls.bias".into(), vec![e], 0.1, false)?;
+    add("cls.output.weight".into(), vec![e, 2], 0.5, false)?;
+    add("cls.output.bias".into(), vec![2], 0.1, false)?;
     w.write_to_path(path)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use gguf_format::Value;
 use gguf_models::synthetic::{write, Tiny};
-use gguf_models::{Logits, StateOptions};
+use gguf_models::{CacheType, Logits, Pooling, StateOptions};
 
 fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().unwrap();
@@ -1397,4 +1397,181 @@ fn gemma4_bad_input_is_named() {
     w.write_to_path(&p2).unwrap();
     let err = load_err(&p2);
     assert!(err.contains("blk.0.ffn_gate_inp.weight") && err.contains("not supported"), "{err}");
+}
+
+// ---- bert, nomic-bert (encoders) ----
+
+fn encoder(arch: &str) -> Tiny {
+    let mut t = Tiny::new(arch);
+    t.n_head_kv = t.n_head;
+    t
+}
+
+/// The model of `t` (written without `skip`, with `extra`), loaded.
+fn load_encoder(
+    t: &Tiny,
+    skip: Option<&str>,
+    extra: &[(&str, Value)],
+) -> (tempfile::TempDir, Box<dyn gguf_models::Model>) {
+    let (d, p) = tmp("enc.gguf");
+    write(t, &p, skip, extra).unwrap();
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    (d, model)
+}
+
+fn embed(model: &dyn gguf_models::Model, seqs: &[&[u32]], pooling: Pooling) -> Vec<Vec<f32>> {
+    let pool = gguf_models::Pool::new(2);
+    let enc = model.encoder().expect("an encoder");
+    let out = enc.embed(&pool, seqs, pooling).unwrap();
+    assert!(out.iter().flatten().all(|x| x.is_finite()));
+    out
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn encoders_load_pool_and_refuse_decoding() {
+    let seq: &[u32] = &[2, 7, 30, 11, 41, 3];
+    for arch in ["bert", "nomic-bert"] {
+        let (_d, model) = load_encoder(&encoder(arch), None, &[]);
+        assert_eq!(model.arch(), arch);
+        assert!(model.describe().contains("encoder"), "{}", model.describe());
+        let enc = model.encoder().unwrap();
+        assert_eq!((enc.n_embd_out(), enc.n_cls_out(), enc.pooling()), (64, 2, Pooling::Mean));
+        let err = model.new_state(&StateOptions::default()).err().unwrap().to_string();
+        assert!(err.contains("gguf embed"), "{err}");
+        let none = embed(model.as_ref(), &[seq], Pooling::None).remove(0);
+        assert_eq!(none.len(), seq.len() * 64);
+        let rows: Vec<&[f32]> = none.chunks(64).collect();
+        // every row is LayerNorm'd output: different per token
+        assert!(rows_differ(rows[0], rows[1]));
+        let cls = embed(model.as_ref(), &[seq], Pooling::Cls).remove(0);
+        assert_eq!(bits(&cls), bits(rows[0]), "{arch}: cls is the first row");
+        let last = embed(model.as_ref(), &[seq], Pooling::Last).remove(0);
+        assert_eq!(bits(&last), bits(rows[seq.len() - 1]), "{arch}: last is the last row");
+        let mean = embed(model.as_ref(), &[seq], Pooling::Mean).remove(0);
+        for (c, m) in mean.iter().enumerate() {
+            let want = rows.iter().map(|r| r[c] as f64).sum::<f64>() / rows.len() as f64;
+            assert!((*m as f64 - want).abs() < 1e-5, "{arch}: mean channel {c}: {m} vs {want}");
+        }
+        let rank = embed(model.as_ref(), &[seq], Pooling::Rank).remove(0);
+        assert_eq!(rank.len(), 2);
+        assert!(rank != cls[..2], "{arch}: the classifier head ran");
+    }
+}
+
+#[test]
+fn encoder_sequences_do_not_depend_on_each_other_and_attend_both_ways() {
+    for arch in ["bert", "nomic-bert"] {
+        let (_d, model) = load_encoder(&encoder(arch), None, &[]);
+        let a: Vec<u32> = (0..70).map(|i| (i * 7 % 48) + 2).collect(); // 70 rows: the tiled path
+        let b: &[u32] = &[2, 9, 3];
+        for pooling in [Pooling::None, Pooling::Mean, Pooling::Cls] {
+            let alone = embed(model.as_ref(), &[&a], pooling);
+            let both = embed(model.as_ref(), &[b, &a, b], pooling);
+            assert_eq!(bits(&alone[0]), bits(&both[1]), "{arch} {pooling:?}");
+            assert_eq!(bits(&both[0]), bits(&both[2]), "{arch} {pooling:?}");
+        }
+        // non-causal: a later token changes the first token's output
+        for s in [&a[..5], &a[..]] {
+            let mut c = s.to_vec();
+            *c.last_mut().unwrap() = 47;
+            let x = embed(model.as_ref(), &[s, &c], Pooling::Cls);
+            assert!(rows_differ(&x[0], &x[1]), "{arch}: {} tokens", s.len());
+        }
+    }
+}
+
+/// `attend_full` is softmax attention of every row over all of its sequence's cells
+/// (K and V rounded to f16), below 64 rows and in 64-row tiles.
+#[test]
+fn attend_full_sees_the_whole_sequence() {
+    use gguf_models::blocks::{attend_full, Heads, Scores, SeqView};
+    use gguf_models::kv_cache::CacheMatrix;
+    let heads = Heads { n_head: 2, n_head_kv: 1, head_k: 32, head_v: 32 };
+    let mut seed = 5u32;
+    let mut r = || {
+        seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+        (seed >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+    };
+    let pool = gguf_models::Pool::new(2);
+    for n in [1usize, 9, 64, 100] {
+        let k: Vec<f32> = (0..n * 32).map(|_| r() * 2.0).collect();
+        let v: Vec<f32> = (0..n * 32).map(|_| r()).collect();
+        let q: Vec<f32> = (0..n * 64).map(|_| r()).collect();
+        let mut kc = CacheMatrix::new(CacheType::F16, n, 32).unwrap();
+        let mut vc = CacheMatrix::new(CacheType::F16, n, 32).unwrap();
+        for t in 0..n {
+            kc.write(t, &k[t * 32..(t + 1) * 32]);
+            vc.write(t, &v[t * 32..(t + 1) * 32]);
+        }
+        let mut o = vec![0f32; n * 64];
+        let sc = Scores { scale: 0.25, softcap: None, window: None, sinks: None };
+        attend_full(&pool, heads, &[SeqView { row0: 0, n, pos0: 0, k: &kc, v: &vc }], &q, &sc, &mut o);
+        let h16 = |x: f32| half::f16::from_f32(x).to_f32() as f64;
+        for t in 0..n {
+            for h in 0..2 {
+                let qr = &q[(t * 2 + h) * 32..(t * 2 + h + 1) * 32];
+                let s: Vec<f64> =
+                    (0..n).map(|j| 0.25 * (0..32).map(|d| h16(qr[d]) * h16(k[j * 32 + d])).sum::<f64>()).collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for d in 0..32 {
+                    let want: f64 = (0..n).map(|j| (s[j] - m).exp() / z * h16(v[j * 32 + d])).sum();
+                    let got = o[(t * 2 + h) * 32 + d] as f64;
+                    assert!((got - want).abs() < 2e-3, "n={n} row {t} head {h} dim {d}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn layer_norm_is_mean_and_variance_normalization() {
+    let x: Vec<f32> = (0..100).map(|i| ((i * 37 % 23) as f32 - 9.0) * 0.7).collect();
+    let mut y = x.clone();
+    gguf_models::blocks::layer_norm_row(&mut y, 1e-5);
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / 100.0;
+    let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 100.0;
+    for (a, b) in x.iter().zip(&y) {
+        let want = (*a as f64 - mean) / (var + 1e-5).sqrt();
+        assert!((*b as f64 - want).abs() < 1e-5, "{b} vs {want}");
+    }
+}
+
+#[test]
+fn encoder_bad_input_is_named() {
+    let bert = encoder("bert");
+    let e = load_error(&bert, Some("position_embd.weight"), &[]);
+    assert!(e.contains("position_embd.weight"), "{e}");
+    let e = load_error(&bert, Some("blk.1.attn_output_norm.bias"), &[]);
+    assert!(e.contains("blk.1.attn_output_norm.bias"), "{e}");
+    let e = load_error(&encoder("nomic-bert"), Some("blk.0.ffn_gate.weight"), &[]);
+    assert!(e.contains("blk.0.ffn_gate.weight"), "{e}");
+    let e = load_error(&bert, None, &[("tokenizer.ggml.token_type_count", Value::U32(0))]);
+    assert!(e.contains("tokenizer.ggml.token_type_count"), "{e}");
+    let e = load_error(&bert, None, &[("bert.attention.head_count", Value::U32(5))]);
+    assert!(e.contains("bert.attention.head_count"), "{e}");
+    let e = load_error(&bert, None, &[("bert.pooling_type", Value::U32(9))]);
+    assert!(e.contains("bert.pooling_type"), "{e}");
+    // token_types is optional (llama.cpp: TENSOR_NOT_REQUIRED), and it is used
+    let seq: &[u32] = &[2, 5, 3];
+    let (_d, with) = load_encoder(&bert, None, &[]);
+    let (_d2, without) = load_encoder(&bert, Some("token_types.weight"), &[]);
+    assert!(rows_differ(
+        &embed(with.as_ref(), &[seq], Pooling::Cls)[0],
+        &embed(without.as_ref(), &[seq], Pooling::Cls)[0]
+    ));
+    // no classifier head: rank refused by name; too long, empty and out-of-range refused
+    let (_d3, plain) = load_encoder(&bert, Some("cls.weight"), &[]);
+    let pool = gguf_models::Pool::new(1);
+    let enc = plain.encoder().unwrap();
+    assert!(enc.embed(&pool, &[seq], Pooling::Rank).is_ok(), "cls.output alone is a head");
+    let long = vec![5u32; 129];
+    for (bad, want) in [(&long[..], "129"), (&[][..], "empty"), (&[2, 999][..], "999")] {
+        let e = with.encoder().unwrap().embed(&pool, &[seq, bad], Pooling::Mean).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
 }
