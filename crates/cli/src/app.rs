@@ -73,6 +73,8 @@ enum Command {
     Chat(crate::chat::ChatArgs),
     /// Write every position's logits as raw f32 (`[n_tokens][n_vocab]`).
     Logits(engine::LogitsArgs),
+    /// Embeddings of each input line with an encoder model, like llama-embedding.
+    Embed(crate::embed::EmbedArgs),
     /// Measure prompt processing and generation speed, like llama-bench.
     Bench(crate::bench::BenchArgs),
     /// Print the token ids of a text, like llama-tokenize.
@@ -411,6 +413,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Merge(a) => crate::split::merge(&a, &engine::INTERRUPTED),
         Command::Chat(a) => crate::chat::chat(&a),
         Command::Logits(a) => engine::logits(&a),
+        Command::Embed(a) => crate::embed::run(&a),
         Command::Bench(a) => crate::bench::run(&a),
         Command::Imatrix(a) => crate::imatrix::run(&a),
         Command::Mem(a) => crate::mem::run(&a),

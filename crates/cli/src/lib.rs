@@ -16,6 +16,7 @@ pub use app::main;
 pub mod bench;
 pub mod chat;
 pub mod device;
+pub mod embed;
 pub mod engine;
 pub mod fetch;
 pub mod imatrix;

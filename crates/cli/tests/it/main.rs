@@ -3,6 +3,7 @@
 mod bench;
 mod chat;
 mod device;
+mod embed;
 mod engine;
 mod hostile;
 mod interrupt;
