@@ -217,6 +217,9 @@ llama_fns! {
     llama_batch_free: unsafe extern "C" fn(Batch);
     llama_decode: unsafe extern "C" fn(*mut c_void, Batch) -> i32;
     llama_get_logits_ith: unsafe extern "C" fn(*mut c_void, i32) -> *mut f32;
+    llama_get_embeddings_ith: unsafe extern "C" fn(*mut c_void, i32) -> *mut f32;
+    llama_get_embeddings_seq: unsafe extern "C" fn(*mut c_void, i32) -> *mut f32;
+    llama_pooling_type: unsafe extern "C" fn(*const c_void) -> c_int;
     llama_detokenize: unsafe extern "C" fn(*const c_void, *const Token, i32, *mut c_char, i32, bool, bool) -> i32;
     llama_sampler_chain_default_params: unsafe extern "C" fn() -> SamplerChainParams;
     llama_sampler_chain_init: unsafe extern "C" fn(SamplerChainParams) -> *mut c_void;
@@ -698,6 +701,31 @@ impl<'a> Model<'a> {
         Ok(Context { model: self, ptr, n_ctx: got, dump: None })
     }
 
+    /// An embedding context (`embeddings = true`) with llama.cpp's pooling `pooling`
+    /// (`LLAMA_POOLING_TYPE_*`: 0 none … 4 rank) for sequences of up to `n_ctx` tokens,
+    /// `n_batch = n_ubatch = n_ctx` (an encoder takes a batch in one ubatch); other settings
+    /// llama.cpp's defaults (flash attention auto).
+    pub fn embed_context(&self, n_ctx: u32, n_threads: i32, pooling: i32) -> Result<Context<'_, 'a>> {
+        // SAFETY: by-value struct with the checked layout.
+        let mut p = unsafe { (self.ll.fns.llama_context_default_params)() };
+        p.n_ctx = n_ctx;
+        p.n_batch = n_ctx;
+        p.n_ubatch = n_ctx;
+        p.n_threads = n_threads;
+        p.n_threads_batch = n_threads;
+        p.embeddings = true;
+        p.pooling_type = pooling;
+        p.no_perf = true;
+        // SAFETY: a live model and parameters from llama.cpp's defaults.
+        let ptr = unsafe { (self.ll.fns.llama_init_from_model)(self.ptr, p) };
+        ensure!(!ptr.is_null(), "llama_init_from_model failed (embeddings, n_ctx {n_ctx}, pooling {pooling})");
+        // SAFETY: a live context.
+        let (got, pt) = unsafe { ((self.ll.fns.llama_n_ctx)(ptr), (self.ll.fns.llama_pooling_type)(ptr)) };
+        let ctx = Context { model: self, ptr, n_ctx: got, dump: None };
+        ensure!(pt == pooling, "libllama's context pools with {pt}, not {pooling}");
+        Ok(ctx)
+    }
+
     /// A context that captures every intermediate tensor whose name passes `filter`
     /// (llama.cpp's `cb_eval`, as `llama-eval-callback` uses it); read them with
     /// [`Context::take_dumps`]. F32 and F16 tensors only.
@@ -828,6 +856,62 @@ impl Context<'_, '_> {
         ensure!(rc == 0, "llama_decode returned {rc}");
         ensure!(rows.len() == if all_logits { tokens.len() } else { 1 }, "llama_get_logits_ith returned null");
         Ok(rows)
+    }
+
+    /// One sequence (id 0, positions from 0) through an [`Model::embed_context`] in one
+    /// `llama_decode` (an encoder's `llama_encode`): every token's `width` floats
+    /// (`llama_get_embeddings_ith`) with `per_token`, else the sequence's `width` floats
+    /// (`llama_get_embeddings_seq`: the pooled embedding, or a reranker's scores).
+    pub fn embed(&mut self, tokens: &[Token], per_token: bool, width: usize) -> Result<Vec<f32>> {
+        ensure!(!tokens.is_empty(), "embedding of zero tokens");
+        ensure!(tokens.len() <= self.n_ctx as usize, "{} tokens do not fit {}", tokens.len(), self.n_ctx);
+        let n_vocab = self.model.n_vocab as i32;
+        for &t in tokens {
+            ensure!((0..n_vocab).contains(&t), "token {t} outside the vocabulary of {n_vocab}");
+        }
+        let n = tokens.len() as i32;
+        // SAFETY: allocates n entries of each array (token, pos, n_seq_id, seq_id[i][1], logits).
+        let batch = unsafe { (self.fns().llama_batch_init)(n, 0, 1) };
+        // SAFETY: every array has n entries, seq_id[i] one each (llama_batch_init's contract).
+        unsafe {
+            for (i, &t) in tokens.iter().enumerate() {
+                *batch.token.add(i) = t;
+                *batch.pos.add(i) = i as i32;
+                *batch.n_seq_id.add(i) = 1;
+                *(*batch.seq_id.add(i)) = 0;
+                *batch.logits.add(i) = 1;
+            }
+        }
+        let mut b = batch;
+        b.n_tokens = n;
+        // SAFETY: a live context and a filled batch.
+        let rc = unsafe { (self.fns().llama_decode)(self.ptr, b) };
+        let mut out = Vec::new();
+        if rc == 0 {
+            if per_token {
+                for i in 0..n {
+                    // SAFETY: every position is an output; `width` floats, valid until the next decode.
+                    let p = unsafe { (self.fns().llama_get_embeddings_ith)(self.ptr, i) };
+                    if p.is_null() {
+                        break;
+                    }
+                    // SAFETY: see above.
+                    out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, width) });
+                }
+            } else {
+                // SAFETY: a live context; sequence 0 was in the batch.
+                let p = unsafe { (self.fns().llama_get_embeddings_seq)(self.ptr, 0) };
+                if !p.is_null() {
+                    // SAFETY: the sequence's vector has `width` floats (n_embd, or n_cls_out for rank).
+                    out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, width) });
+                }
+            }
+        }
+        // SAFETY: allocated by llama_batch_init above, freed once.
+        unsafe { (self.fns().llama_batch_free)(batch) };
+        ensure!(rc == 0, "llama_decode (encode) returned {rc}");
+        ensure!(out.len() == if per_token { tokens.len() * width } else { width }, "libllama returned no embeddings");
+        Ok(out)
     }
 
     /// Logits at every position of `tokens`, decoded from an empty cache in one batch

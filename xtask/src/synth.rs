@@ -44,6 +44,9 @@ use gguf_format::{GgufFile, GgufWriter};
 
 use crate::models;
 
+mod encoders;
+pub use encoders::ENCODERS;
+
 /// The architectures this module writes.
 pub const ARCHS: &[&str] = &["qwen3", "qwen3moe"];
 
@@ -1011,7 +1014,7 @@ pub const FAMILIES: &[Family] = &[
 
 /// The family named `name`.
 pub fn family(name: &str) -> Option<&'static Family> {
-    FAMILIES.iter().find(|f| f.name == name)
+    FAMILIES.iter().chain(ENCODERS).find(|f| f.name == name)
 }
 
 /// Bump when the family generator changes.
@@ -1107,6 +1110,9 @@ pub fn write_family_types(
     tok: &GgufFile,
     types: &'static [&'static str],
 ) -> Result<()> {
+    if encoders::is_encoder(fam) {
+        return encoders::write(path, fam, seed, tok, types);
+    }
     let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
         Some(a) => a.len() as u64,
         None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),

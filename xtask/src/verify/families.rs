@@ -239,13 +239,13 @@ pub fn run(cache: &Path, opts: &FamOpts, report: &mut Report) -> Result<()> {
     let ll = Llama::load(cache)?;
     let gguf = binary(opts.gguf.as_deref())?;
     let families: Vec<&Family> = if opts.families.is_empty() {
-        synth::FAMILIES.iter().collect()
+        synth::FAMILIES.iter().chain(synth::ENCODERS).collect()
     } else {
         opts.families
             .iter()
             .map(|n| {
                 synth::family(n).with_context(|| {
-                    let known: Vec<&str> = synth::FAMILIES.iter().map(|f| f.name).collect();
+                    let known: Vec<&str> = synth::FAMILIES.iter().chain(synth::ENCODERS).map(|f| f.name).collect();
                     format!("unknown family {n:?} (known: {})", known.join(", "))
                 })
             })
@@ -274,6 +274,13 @@ pub fn run(cache: &Path, opts: &FamOpts, report: &mut Report) -> Result<()> {
             }
         };
         eprintln!("== {} ({}): {}", fam.name, path.display(), fam.layout);
+        if synth::ENCODERS.iter().any(|e| e.name == fam.name) {
+            if let Err(e) = super::encoders::run_family(&ll, fam, &path, &prompts, threads, &gguf, report) {
+                report.push(Check::error("families: encoder embeddings vs libllama", fam.name, &e));
+            }
+            eprintln!("== {} done in {:.0} s", fam.name, t0.elapsed().as_secs_f64());
+            continue;
+        }
         let chunks = if opts.quick { PPL_CHUNKS_QUICK } else { PPL_CHUNKS };
         match run_family(cache, &ll, fam, &path, &prompts, &text, threads, &gguf, chunks) {
             Ok(r) => summarize(fam, &path, &r, opts.quick, report),

@@ -1,6 +1,7 @@
 //! `cargo xtask verify`: compares this project against the llama.cpp build in the cache
 //! and prints one table per group of checks, then `N passed, M failed`.
 
+pub mod encoders;
 pub mod families;
 pub mod gguf;
 pub mod gguf_api;
