@@ -5,8 +5,8 @@
 //! `position_embd` (bert, F16), `token_embd_norm` weight + bias; per layer Q/K/V with
 //! biases (bert) or one `attn_qkv` (nomic-bert), `attn_output` + bias, the LayerNorms
 //! `attn_output_norm` / `layer_output_norm`, `ffn_up` / `ffn_down` with biases (bert) or
-//! `ffn_gate` / `ffn_up` / `ffn_down` (nomic-bert); a reranker head `cls` + bias and
-//! `cls.output` + bias (one label). `attention.layer_norm_epsilon` 1e-12, `pooling_type`
+//! `ffn_gate` / `ffn_up` / `ffn_down` (nomic-bert); bert has a reranker head `cls` + bias
+//! and `cls.output` + bias (one label; nomic-bert's loader takes none). `attention.layer_norm_epsilon` 1e-12, `pooling_type`
 //! as the real model (bge: CLS, nomic: MEAN), `attention.causal` false. Matrices cycle
 //! through the family types like the decoder families (K-quants on 384/768-wide rows
 //! fall back to Q8_0; the FFN down matrices take them).
@@ -148,10 +148,13 @@ pub fn write(path: &Path, fam: &Family, seed: u64, tok: &GgufFile, types: &'stat
         b.tensor(&p("layer_output_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         b.tensor(&p("layer_output_norm.bias"), &[e], "f32", 0.0, 0.1)?;
     }
-    b.tensor("cls.weight", &[e, e], types.next(e), 0.0, s(e))?;
-    b.tensor("cls.bias", &[e], "f32", 0.0, 0.1)?;
-    b.tensor("cls.output.weight", &[e, 1], "f32", 0.0, s(e))?;
-    b.tensor("cls.output.bias", &[1], "f32", 0.0, 0.1)?;
+    if !nomic {
+        // llama_model_nomic_bert does not load a classifier head
+        b.tensor("cls.weight", &[e, e], types.next(e), 0.0, s(e))?;
+        b.tensor("cls.bias", &[e], "f32", 0.0, 0.1)?;
+        b.tensor("cls.output.weight", &[e, 1], "f32", 0.0, s(e))?;
+        b.tensor("cls.output.bias", &[1], "f32", 0.0, 0.1)?;
+    }
     b.w.write_to_path(path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }

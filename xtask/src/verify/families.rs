@@ -528,9 +528,10 @@ mod tests {
 
     #[test]
     fn family_names_are_unique() {
-        let mut names: Vec<&str> = synth::FAMILIES.iter().map(|f| f.name).collect();
+        let mut names: Vec<&str> = synth::FAMILIES.iter().chain(synth::ENCODERS).map(|f| f.name).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), synth::FAMILIES.len());
+        assert_eq!(names.len(), synth::FAMILIES.len() + synth::ENCODERS.len());
+        assert!(synth::ENCODERS.iter().all(|f| synth::family(f.name).is_some()));
     }
 }

@@ -292,7 +292,7 @@ pub fn reduce16(v: &[f32; 16]) -> f32 {
 }
 
 /// `ggml_vec_dot_f32` of an AVX-512 build: 4 × 16 fused lanes over 64-element steps,
-/// `GGML_F32x16_REDUCE`, leftovers fused into the f32 sum.
+/// `GGML_F32x16_REDUCE`, then the leftovers as [`f32_leftovers`].
 pub fn f32_f32_avx512(_n: usize, w: &[u8], x: &[u8]) -> f32 {
     let n = w.len().min(x.len()) / 4;
     let np = n - n % 64;
@@ -302,9 +302,27 @@ pub fn f32_f32_avx512(_n: usize, w: &[u8], x: &[u8]) -> f32 {
             *acc = f32_at(w, 4 * (i + l)).mul_add(f32_at(x, 4 * (i + l)), *acc);
         }
     }
-    let mut s = super::ops::DotLayout::Avx512.reduce(&acc);
-    for i in np..n {
-        s = f32_at(w, 4 * i).mul_add(f32_at(x, 4 * i), s);
+    let s = super::ops::DotLayout::Avx512.reduce(&acc);
+    f32_leftovers(s, np, n, |i| (f32_at(w, 4 * i), f32_at(x, 4 * i)))
+}
+
+/// The leftovers `np..n` of `ggml_vec_dot_f32` (`sumf += x[i]*y[i]`) as GCC builds them
+/// for AVX-512 (disassembly of libggml-cpu): blocks of 16 and then one of 8 have their
+/// products rounded (`vmulps`) and added to the sum lane by lane, in order; the last
+/// fewer than 8 are fused multiply-adds (`vfmadd231ss`). `at(i)` is (x[i], y[i]).
+pub fn f32_leftovers(mut s: f32, np: usize, n: usize, at: impl Fn(usize) -> (f32, f32)) -> f32 {
+    let l = n - np;
+    let mut i = np;
+    let unfused = np + l / 16 * 16 + if l % 16 >= 8 { 8 } else { 0 };
+    while i < unfused {
+        let (a, b) = at(i);
+        s += a * b;
+        i += 1;
+    }
+    while i < n {
+        let (a, b) = at(i);
+        s = a.mul_add(b, s);
+        i += 1;
     }
     s
 }

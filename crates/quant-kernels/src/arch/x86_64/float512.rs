@@ -29,11 +29,8 @@ pub fn f32_f32(n: usize, w: &[u8], x: &[u8]) -> f32 {
     let mut acc = [0f32; 64];
     // SAFETY: AVX-512F checked; loads stay below `np <= n` elements of both rows.
     unsafe { f32_lanes_64(w.as_ptr() as *const f32, x.as_ptr() as *const f32, np, &mut acc) };
-    let mut s = DotLayout::Avx512.reduce(&acc);
-    for i in np..n {
-        s = sd_f32(w, i).mul_add(sd_f32(x, i), s);
-    }
-    s
+    let s = DotLayout::Avx512.reduce(&acc);
+    sd::f32_leftovers(s, np, n, |i| (sd_f32(w, i), sd_f32(x, i)))
 }
 
 fn sd_f32(b: &[u8], i: usize) -> f32 {
@@ -301,12 +298,31 @@ mod tests {
         (v[..n].iter().flat_map(|f| f.to_le_bytes()).collect(), v[n..].iter().flat_map(|f| f.to_le_bytes()).collect())
     }
 
+    /// ggml's leftover elements (past the last 64): blocks of 16 and 8 add rounded
+    /// products, the last < 8 fused ones. With -1·1 first and c·c after (c = 1 + 2⁻¹²,
+    /// exact product 1 + 2⁻¹¹ + 2⁻²⁴, rounded 1 + 2⁻¹¹) in an 8-element block: 2⁻¹¹; as one
+    /// of the last < 8: 2⁻¹¹ + 2⁻²⁴.
+    #[test]
+    fn f32_leftovers_round_in_blocks_and_fuse_the_tail() {
+        let c = 1.0f32 + 2f32.powi(-12);
+        let b = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
+        for (n, want) in [(2, 2f32.powi(-11) + 2f32.powi(-24)), (8, 2f32.powi(-11)), (64 + 17, 2f32.powi(-11))] {
+            let (mut wv, mut xv) = (vec![0f32; n], vec![0f32; n]);
+            let first = n - n % 64; // the leftovers start there
+            (wv[first], xv[first]) = (-1.0, 1.0);
+            (wv[first + 1], xv[first + 1]) = (c, c);
+            let (w, x) = (b(&wv), b(&xv));
+            assert_eq!(sd::f32_f32_avx512(n, &w, &x), want, "n={n}");
+            assert_eq!(f32_f32(n, &w, &x), want, "n={n}");
+        }
+    }
+
     #[test]
     fn float_kernels_match_their_scalar_twins() {
         if !has_vnni() {
             return;
         }
-        for n in [16, 48, 64, 80, 576, 1000] {
+        for n in [16, 48, 64, 80, 576, 1000, 7, 70] {
             let (w, x) = rows(n, n as u32);
             assert_eq!(f32_f32(n, &w, &x).to_bits(), sd::f32_f32_avx512(n, &w, &x).to_bits(), "f32 n={n}");
             let h = |b: &[u8]| -> Vec<u8> {
