@@ -36,6 +36,7 @@ fn main() {
                     scale: 0.125,
                     cap: 0.0,
                     layout,
+                    fp16: ops::native_fp16_vec(),
                 };
                 let (mut m, mut s, mut a) = (vec![f32::NEG_INFINITY; g], vec![0f32; g], vec![f16::ZERO; g * hd]);
                 ops::flash_f16_chunk(&c, &q, &mut m, &mut s, &mut a);

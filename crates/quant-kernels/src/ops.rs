@@ -71,6 +71,34 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
     sc::scale_f16(y, a)
 }
 
+/// Whether a native llama.cpp build on this CPU does its f16 vector ops (the V
+/// accumulation of flash attention over an F16 cache) in half precision (AVX512-FP16,
+/// `__AVX512FP16__`), within [`crate::cpu`]'s cap.
+pub fn native_fp16_vec() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return x86::ops::has_fp16();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`mad_f16`] as an AVX512-FP16 build of ggml computes it (`v` rounded to f16, one
+/// half-precision FMA per element for the first `n & !127` elements).
+pub fn mad_f16_fp16(y: &mut [f16], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    #[cfg(target_arch = "x86_64")]
+    return x86::ops::mad_f16_fp16(&mut y[..n], a, &x[..n]);
+    #[cfg(not(target_arch = "x86_64"))]
+    sc::mad_f16_fp16(&mut y[..n], a, &x[..n])
+}
+
+/// [`scale_f16`] as an AVX512-FP16 build of ggml computes it.
+pub fn scale_f16_fp16(y: &mut [f16], a: f32) {
+    #[cfg(target_arch = "x86_64")]
+    return x86::ops::scale_f16_fp16(y, a);
+    #[cfg(not(target_arch = "x86_64"))]
+    sc::scale_f16_fp16(y, a)
+}
+
 pub use crate::scalar::ops::{DotLayout, FlashF16};
 
 /// One chunk of ggml-cpu's F16 flash attention for the query heads sharing one KV head

@@ -686,7 +686,7 @@ fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry<'_>, seqs: &[SeqView<'_>], q:
     let RowsGeometry { heads, scale, cap, window, sinks, full } = *geo;
     let Heads { n_head: nh, n_head_kv: nkv, head_k: hk, head_v: hv } = heads;
     let group = nh / nkv;
-    let (nth, layout) = (pool.n_threads(), ops::native_dot_layout());
+    let (nth, layout, fp16) = (pool.n_threads(), ops::native_dot_layout(), ops::native_fp16_vec());
     // per sequence: chunk length, chunk slots per row, first task; split rows' partial
     // results (per task: each head's m, s and hv accumulators) go to `parts`
     let mut plans = Vec::with_capacity(seqs.len());
@@ -728,7 +728,7 @@ fn attend_f16_rows(pool: &Pool, geo: &RowsGeometry<'_>, seqs: &[SeqView<'_>], q:
                 else {
                     return;
                 };
-                let c = ops::FlashF16 { k, v, k_stride, v_stride, n, hk, hv, scale, cap, layout };
+                let c = ops::FlashF16 { k, v, k_stride, v_stride, n, hk, hv, scale, cap, layout, fp16 };
                 if c.keys() < n {
                     return; // a cell never written: the rows read 0, as a missing cell did before
                 }
@@ -914,6 +914,7 @@ impl ChunkRow {
             self.m = x;
             ms = (old - x).exp();
             match v {
+                VRow::F16(_) if ops::native_fp16_vec() => ops::scale_f16_fp16(&mut self.acc16, ms),
                 VRow::F16(_) => ops::scale_f16(&mut self.acc16, ms),
                 VRow::F32(_) => ops::scale_inplace(&mut self.acc, ms),
             }
@@ -921,6 +922,7 @@ impl ChunkRow {
             vs = (x - self.m).exp();
         }
         match v {
+            VRow::F16(vr) if ops::native_fp16_vec() => ops::mad_f16_fp16(&mut self.acc16, vs, vr),
             VRow::F16(vr) => ops::mad_f16(&mut self.acc16, vs, vr),
             // ggml_vec_mad_f32: every lane a fused multiply-add
             VRow::F32(vr) => ops::mad_f32(&mut self.acc, vs, vr),

@@ -117,6 +117,69 @@ pub fn scale_f16(y: &mut [f16], a: f32) {
     }
 }
 
+/// Elements per step of ggml's f16 vector ops on a build with AVX512-FP16
+/// (`__AVX512FP16__`: `GGML_F16_STEP 128`, 32 half lanes a vector): the first
+/// `n & !127` elements of `ggml_vec_mad_f16` / `ggml_vec_scale_f16` are computed in half
+/// precision, the rest as on other builds.
+pub const FP16_STEP: usize = 128;
+
+/// `x·v + y` rounded once to f16 (AVX512-FP16's `vfmadd231ph`): the product of two
+/// halves is exact in f64, the sum's residual comes from TwoSum, and the f32 step rounds
+/// to odd so that the final f16 rounding is the single one.
+pub fn fma_f16(x: f16, v: f16, y: f16) -> f16 {
+    let (p, b) = (x.to_f64() * v.to_f64(), y.to_f64());
+    let r = p + b;
+    let bb = r - p;
+    let e = (p - (r - bb)) + (b - bb);
+    f16::from_f32(to_f32_odd(r, e))
+}
+
+/// `r + e` (`e` the exact residual of `r`, |e| ≤ half an f64 ulp) rounded to f32 by
+/// truncation with a sticky last bit (round to odd): f32 keeps 13 more bits than f16,
+/// so rounding that to f16 gives the correctly rounded f16 of `r + e`.
+fn to_f32_odd(r: f64, e: f64) -> f32 {
+    let mut t = r as f32;
+    if !t.is_finite() || (t as f64 == r && e == 0.0) {
+        return t;
+    }
+    // the exact value `r + e` against `t`: `t − r` is exact (both within one f32 ulp)
+    let d = t as f64 - r;
+    let over = if r > 0.0 { d > e } else { d < e };
+    if over {
+        // one step toward zero
+        t = f32::from_bits(t.to_bits() - 1);
+    }
+    if t as f64 - r == e {
+        return t; // exact after all
+    }
+    f32::from_bits(t.to_bits() | 1)
+}
+
+/// `y = x·v + y` as ggml's `ggml_vec_mad_f16` on an AVX512-FP16 build: `v` rounded to
+/// f16 and one half-precision FMA per element for the first `n & !127` elements, the rest
+/// as [`mad_f16`].
+pub fn mad_f16_fp16(y: &mut [f16], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    let np = n - n % FP16_STEP;
+    let a16 = f16::from_f32(a);
+    for (y, &x) in y[..np].iter_mut().zip(&x[..np]) {
+        *y = fma_f16(x, a16, *y);
+    }
+    mad_f16(&mut y[np..n], a, &x[np..n]);
+}
+
+/// `y = y·v` as ggml's `ggml_vec_scale_f16` on an AVX512-FP16 build: `v` rounded to f16
+/// and a half-precision product (exact in f32, then rounded once) for the first
+/// `n & !127` elements, the rest as [`scale_f16`].
+pub fn scale_f16_fp16(y: &mut [f16], a: f32) {
+    let np = y.len() - y.len() % FP16_STEP;
+    let a16 = f16::from_f32(a).to_f32();
+    for y in y[..np].iter_mut() {
+        *y = f16::from_f32(y.to_f32() * a16);
+    }
+    scale_f16(&mut y[np..], a);
+}
+
 /// Lane layout of ggml-cpu's f16 dot product, which a native llama.cpp build picks from
 /// the CPU: 4 accumulators of 16 lanes (AVX-512) or of 8 lanes (AVX/AVX2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +359,9 @@ pub struct FlashF16<'a> {
     pub cap: f32,
     /// The dot product's lane layout ([`DotLayout`]).
     pub layout: DotLayout,
+    /// The V accumulation rounds as an AVX512-FP16 build's ([`mad_f16_fp16`],
+    /// [`scale_f16_fp16`]).
+    pub fp16: bool,
 }
 
 impl FlashF16<'_> {
@@ -339,11 +405,19 @@ pub fn flash_f16_chunk(c: &FlashF16<'_>, q16: &[f16], m: &mut [f32], s: &mut [f3
                 let old = m[h];
                 m[h] = x;
                 ms = (old - x).exp();
-                scale_f16(acc, ms);
+                if c.fp16 {
+                    scale_f16_fp16(acc, ms);
+                } else {
+                    scale_f16(acc, ms);
+                }
             } else {
                 vs = (x - m[h]).exp();
             }
-            mad_f16(acc, vs, vr);
+            if c.fp16 {
+                mad_f16_fp16(acc, vs, vr);
+            } else {
+                mad_f16(acc, vs, vr);
+            }
             s[h] = s[h].mul_add(ms, vs); // ggml-cpu is built with FP contraction: one FMA
         }
     }

@@ -9,7 +9,9 @@ use core::arch::x86_64::*;
 use half::f16;
 
 use super::has_avx2;
-use super::ops::{dot_f16_reduce256_imp, dot_f16_reduce512_imp, mad_f16_imp, scale_f16_imp};
+use super::ops::{
+    dot_f16_reduce256_imp, dot_f16_reduce512_imp, mad_f16_fp16_imp, mad_f16_imp, scale_f16_fp16_imp, scale_f16_imp,
+};
 use super::vnni::has_vnni;
 use crate::scalar::ops::{self as sc, DotLayout, FlashF16};
 
@@ -18,9 +20,12 @@ pub fn flash_f16_chunk(c: &FlashF16<'_>, q16: &[f16], m: &mut [f32], s: &mut [f3
     if !has_avx2() {
         return sc::flash_f16_chunk(c, q16, m, s, acc16);
     }
+    if c.fp16 && !super::ops::has_fp16() {
+        return sc::flash_f16_chunk(c, q16, m, s, acc16);
+    }
     let (n, g) = (c.keys(), c.heads(q16, m, s, acc16));
     let wide = has_vnni() && c.layout == DotLayout::Avx512 && c.hk.is_multiple_of(64) && c.hk > 0;
-    if wide && matches!(c.hv, 64 | 128 | 256) {
+    if wide && !c.fp16 && matches!(c.hv, 64 | 128 | 256) {
         let q: Vec<f32> = q16[..g * c.hk].iter().map(|x| x.to_f32()).collect();
         // SAFETY: AVX-512F checked (`has_vnni`); row `j < keys()` of K/V lies inside
         // `c.k`/`c.v`, head `h < heads()` inside `q`, `m`, `s` and `acc16`.
@@ -223,10 +228,19 @@ unsafe fn flash256_imp(
             }
             softmax_steps(&x[..nb], &mut m[h], &mut s[h], &mut ms, &mut vs, &mut moved);
             for jj in 0..nb {
+                let vr = c.v.as_ptr().add((j0 + jj) * c.v_stride);
+                if c.fp16 {
+                    // `c.fp16` only reaches here with AVX512-FP16 checked (above)
+                    if moved[jj] {
+                        scale_f16_fp16_imp(a, ms[jj], hv);
+                    }
+                    mad_f16_fp16_imp(a, vs[jj], vr, hv);
+                    continue;
+                }
                 if moved[jj] {
                     scale_f16_imp(a, ms[jj], hv);
                 }
-                mad_f16_imp(a, vs[jj], c.v.as_ptr().add((j0 + jj) * c.v_stride), hv);
+                mad_f16_imp(a, vs[jj], vr, hv);
             }
             j0 += nb;
         }
@@ -257,14 +271,17 @@ mod tests {
             (80, 80, 3, 40, 0.0),
             (96, 64, 8, 33, 30.0),
             (32, 32, 5, 1, 0.0),
+            (576, 512, 4, 40, 0.0),
+            (192, 192, 3, 30, 0.0),
         ];
         for (hk, hv, g, n, cap) in shapes {
             let (ks, vs) = (hk * 3 + 5, hv * 2 + 1);
             let k: Vec<f16> = (0..n * ks).map(|_| f16::from_f32(r() * 3.0)).collect();
             let v: Vec<f16> = (0..n * vs).map(|_| f16::from_f32(r())).collect();
             let q: Vec<f16> = (0..g * hk).map(|_| f16::from_f32(r() * 2.0)).collect();
-            for layout in [DotLayout::Avx512, DotLayout::Avx2] {
-                let c = FlashF16 { k: &k, v: &v, k_stride: ks, v_stride: vs, n, hk, hv, scale: 0.125, cap, layout };
+            for (layout, fp16) in [(DotLayout::Avx512, false), (DotLayout::Avx2, false), (DotLayout::Avx512, true)] {
+                let c =
+                    FlashF16 { k: &k, v: &v, k_stride: ks, v_stride: vs, n, hk, hv, scale: 0.125, cap, layout, fp16 };
                 let (mut m1, mut s1, mut a1) = (vec![f32::NEG_INFINITY; g], vec![0f32; g], vec![f16::ZERO; g * hv]);
                 let (mut m2, mut s2, mut a2) = (m1.clone(), s1.clone(), a1.clone());
                 // two calls: the state carries over
@@ -273,7 +290,7 @@ mod tests {
                     flash_f16_chunk(&c, &q, &mut m1, &mut s1, &mut a1);
                     sc::flash_f16_chunk(&c, &q, &mut m2, &mut s2, &mut a2);
                 }
-                let what = format!("hk={hk} hv={hv} g={g} {layout:?}");
+                let what = format!("hk={hk} hv={hv} g={g} {layout:?} fp16={fp16}");
                 assert_eq!(m1, m2, "{what}");
                 let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&s1), bits(&s2), "{what}");

@@ -237,9 +237,119 @@ pub(super) unsafe fn scale_f16_imp(y: *mut f16, a: f32, n: usize) {
     }
 }
 
+static FP16: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// AVX512-FP16 is available and [`crate::cpu`]'s cap is `native` (a native llama.cpp
+/// build on this CPU then does its f16 vector ops in half precision: `__AVX512FP16__`).
+pub fn has_fp16() -> bool {
+    use std::sync::atomic::Ordering;
+    match FP16.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let yes = super::vnni::has_vnni()
+                && crate::cpu::allows(crate::cpu::Level::Native)
+                && std::is_x86_feature_detected!("avx512fp16");
+            FP16.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// [`sc::mad_f16_fp16`]: `vfmadd231ph` over the first `n & !127` elements.
+pub fn mad_f16_fp16(y: &mut [f16], a: f32, x: &[f16]) {
+    let n = y.len().min(x.len());
+    if !has_fp16() {
+        return sc::mad_f16_fp16(&mut y[..n], a, &x[..n]);
+    }
+    // SAFETY: AVX512-FP16 (and AVX2) checked; loads and stores stay below `n`.
+    unsafe { mad_f16_fp16_imp(y.as_mut_ptr(), a, x.as_ptr(), n) }
+}
+
+/// [`sc::scale_f16_fp16`]: `vmulph` over the first `n & !127` elements.
+pub fn scale_f16_fp16(y: &mut [f16], a: f32) {
+    if !has_fp16() {
+        return sc::scale_f16_fp16(y, a);
+    }
+    // SAFETY: AVX512-FP16 (and AVX2) checked; loads and stores stay below `y.len()`.
+    unsafe { scale_f16_fp16_imp(y.as_mut_ptr(), a, y.len()) }
+}
+
+/// `n` elements: half-precision FMAs over `n & !127`, then [`mad_f16_imp`].
+#[target_feature(enable = "avx512fp16,avx512f,avx512bw,avx2,fma,f16c")]
+pub(super) unsafe fn mad_f16_fp16_imp(y: *mut f16, a: f32, x: *const f16, n: usize) {
+    let np = n - n % sc::FP16_STEP;
+    let va = _mm512_castsi512_ph(_mm512_set1_epi16(f16::from_f32(a).to_bits() as i16));
+    let mut i = 0;
+    while i < np {
+        let vx = _mm512_castsi512_ph(_mm512_loadu_si512(x.add(i) as *const _));
+        let vy = _mm512_castsi512_ph(_mm512_loadu_si512(y.add(i) as *const _));
+        _mm512_storeu_si512(y.add(i) as *mut _, _mm512_castph_si512(_mm512_fmadd_ph(vx, va, vy)));
+        i += 32;
+    }
+    mad_f16_imp(y.add(np), a, x.add(np), n - np);
+}
+
+/// `n` elements: half-precision products over `n & !127`, then [`scale_f16_imp`].
+#[target_feature(enable = "avx512fp16,avx512f,avx512bw,avx2,fma,f16c")]
+pub(super) unsafe fn scale_f16_fp16_imp(y: *mut f16, a: f32, n: usize) {
+    let np = n - n % sc::FP16_STEP;
+    let va = _mm512_castsi512_ph(_mm512_set1_epi16(f16::from_f32(a).to_bits() as i16));
+    let mut i = 0;
+    while i < np {
+        let vy = _mm512_castsi512_ph(_mm512_loadu_si512(y.add(i) as *const _));
+        _mm512_storeu_si512(y.add(i) as *mut _, _mm512_castph_si512(_mm512_mul_ph(vy, va)));
+        i += 32;
+    }
+    scale_f16_imp(y.add(np), a, n - np);
+}
+
 #[cfg(test)]
 mod f16_acc_tests {
     use super::*;
+
+    /// The twin's single-rounding half FMA against `vfmadd231ph` on random bit patterns
+    /// (every exponent, subnormals, ties after the f32 step), where the CPU has it.
+    #[test]
+    fn fma_f16_twin_rounds_as_avx512_fp16() {
+        if !has_fp16() {
+            return;
+        }
+        let mut s = 777u32;
+        let mut bits = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 16) as u16
+        };
+        let finite = |h: f16| h.is_finite();
+        let (mut x, mut v, mut y) = (vec![f16::ZERO; 128], vec![f16::ZERO; 128], vec![f16::ZERO; 128]);
+        for _ in 0..4000 {
+            for i in 0..128 {
+                let pick = |b: u16| f16::from_bits(b);
+                x[i] = pick(bits());
+                y[i] = pick(bits());
+                v[i] = pick(bits() & 0x7bff);
+                if !finite(x[i]) || !finite(y[i]) {
+                    (x[i], y[i]) = (f16::ONE, f16::ZERO);
+                }
+            }
+            // one multiplier per call, as ggml's: every lane of this call uses v[0]
+            let a = v[0].to_f32();
+            let mut hw = y.clone();
+            // SAFETY: AVX512-FP16 checked above; 128 elements.
+            unsafe { mad_f16_fp16_imp(hw.as_mut_ptr(), a, x.as_ptr(), 128) };
+            for i in 0..128 {
+                let want = hw[i];
+                let got = sc::fma_f16(x[i], v[0], y[i]);
+                assert!(
+                    want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+                    "fma({:?}, {:?}, {:?}): hw {want:?} twin {got:?}",
+                    x[i],
+                    v[0],
+                    y[i]
+                );
+            }
+        }
+    }
 
     #[test]
     fn mad_and_scale_f16_match_their_scalar_twins() {
@@ -248,7 +358,7 @@ mod f16_acc_tests {
             s = s.wrapping_mul(1664525).wrapping_add(1013904223);
             (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
         };
-        for n in [1, 7, 8, 9, 64, 77, 256] {
+        for n in [1, 7, 8, 9, 64, 77, 128, 256, 300, 512] {
             let x: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
             let y0: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
             let a = r();
@@ -259,6 +369,14 @@ mod f16_acc_tests {
             scale_f16(&mut y1, a);
             sc::scale_f16(&mut y2, a);
             assert_eq!(y1, y2, "scale n={n}");
+            // the AVX512-FP16 build's rounding (the twin alone where the CPU lacks it)
+            let (mut h1, mut h2) = (y0.clone(), y0.clone());
+            mad_f16_fp16(&mut h1, a, &x);
+            sc::mad_f16_fp16(&mut h2, a, &x);
+            assert_eq!(h1, h2, "mad fp16 n={n}");
+            scale_f16_fp16(&mut h1, a);
+            sc::scale_f16_fp16(&mut h2, a);
+            assert_eq!(h1, h2, "scale fp16 n={n}");
             let xf: Vec<f32> = (0..n).map(|_| r()).collect();
             let yf: Vec<f32> = (0..n).map(|_| r()).collect();
             let (mut f1, mut f2) = (yf.clone(), yf.clone());
