@@ -807,9 +807,16 @@ impl Context<'_, '_> {
         }
     }
 
-    /// Decodes `tokens` at positions `pos0..` in one batch; `want(i)` says which
-    /// positions get logits. Returns those rows, in order.
-    fn decode(&mut self, tokens: &[Token], pos0: usize, all_logits: bool) -> Result<Vec<Vec<f32>>> {
+    /// Decodes `tokens` as sequence 0 at positions `pos0..` in one batch, `output(i)`
+    /// saying which positions give results; on success `read` collects them before the
+    /// batch is freed. Returns `read`'s result, or the decode error.
+    fn decode_seq<T>(
+        &mut self,
+        tokens: &[Token],
+        pos0: usize,
+        output: impl Fn(usize) -> bool,
+        read: impl FnOnce(&Self) -> T,
+    ) -> Result<T> {
         ensure!(!tokens.is_empty(), "decode of zero tokens");
         ensure!(
             pos0 + tokens.len() <= self.n_ctx as usize,
@@ -831,30 +838,43 @@ impl Context<'_, '_> {
                 *batch.pos.add(i) = (pos0 + i) as i32;
                 *batch.n_seq_id.add(i) = 1;
                 *(*batch.seq_id.add(i)) = 0;
-                *batch.logits.add(i) = i8::from(all_logits || i + 1 == tokens.len());
+                *batch.logits.add(i) = i8::from(output(i));
             }
         }
         let mut b = batch;
         b.n_tokens = n;
         // SAFETY: a live context and a filled batch.
         let rc = unsafe { (self.fns().llama_decode)(self.ptr, b) };
-        let mut rows = Vec::new();
-        if rc == 0 {
-            let first = if all_logits { 0 } else { n - 1 };
-            for i in first..n {
-                // SAFETY: position i was marked for output; the row has n_vocab floats valid until the next decode.
-                let p = unsafe { (self.fns().llama_get_logits_ith)(self.ptr, i) };
-                if p.is_null() {
-                    break;
-                }
-                // SAFETY: see above.
-                rows.push(unsafe { std::slice::from_raw_parts(p, n_vocab as usize) }.to_vec());
-            }
-        }
+        let out = (rc == 0).then(|| read(self));
         // SAFETY: allocated by llama_batch_init above, freed once.
         unsafe { (self.fns().llama_batch_free)(batch) };
-        ensure!(rc == 0, "llama_decode returned {rc}");
-        ensure!(rows.len() == if all_logits { tokens.len() } else { 1 }, "llama_get_logits_ith returned null");
+        out.with_context(|| format!("llama_decode returned {rc}"))
+    }
+
+    /// Decodes `tokens` at positions `pos0..` in one batch: the logits of every position
+    /// with `all_logits`, else of the last. Returns those rows, in order.
+    fn decode(&mut self, tokens: &[Token], pos0: usize, all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        let n = tokens.len();
+        let rows = self.decode_seq(
+            tokens,
+            pos0,
+            |i| all_logits || i + 1 == n,
+            |me| {
+                let n_vocab = me.model.n_vocab;
+                let mut rows = Vec::new();
+                for i in if all_logits { 0 } else { n - 1 }..n {
+                    // SAFETY: position i was marked for output; the row has n_vocab floats valid until the next decode.
+                    let p = unsafe { (me.fns().llama_get_logits_ith)(me.ptr, i as i32) };
+                    if p.is_null() {
+                        break;
+                    }
+                    // SAFETY: see above.
+                    rows.push(unsafe { std::slice::from_raw_parts(p, n_vocab) }.to_vec());
+                }
+                rows
+            },
+        )?;
+        ensure!(rows.len() == if all_logits { n } else { 1 }, "llama_get_logits_ith returned null");
         Ok(rows)
     }
 
@@ -863,54 +883,35 @@ impl Context<'_, '_> {
     /// (`llama_get_embeddings_ith`) with `per_token`, else the sequence's `width` floats
     /// (`llama_get_embeddings_seq`: the pooled embedding, or a reranker's scores).
     pub fn embed(&mut self, tokens: &[Token], per_token: bool, width: usize) -> Result<Vec<f32>> {
-        ensure!(!tokens.is_empty(), "embedding of zero tokens");
-        ensure!(tokens.len() <= self.n_ctx as usize, "{} tokens do not fit {}", tokens.len(), self.n_ctx);
-        let n_vocab = self.model.n_vocab as i32;
-        for &t in tokens {
-            ensure!((0..n_vocab).contains(&t), "token {t} outside the vocabulary of {n_vocab}");
-        }
-        let n = tokens.len() as i32;
-        // SAFETY: allocates n entries of each array (token, pos, n_seq_id, seq_id[i][1], logits).
-        let batch = unsafe { (self.fns().llama_batch_init)(n, 0, 1) };
-        // SAFETY: every array has n entries, seq_id[i] one each (llama_batch_init's contract).
-        unsafe {
-            for (i, &t) in tokens.iter().enumerate() {
-                *batch.token.add(i) = t;
-                *batch.pos.add(i) = i as i32;
-                *batch.n_seq_id.add(i) = 1;
-                *(*batch.seq_id.add(i)) = 0;
-                *batch.logits.add(i) = 1;
-            }
-        }
-        let mut b = batch;
-        b.n_tokens = n;
-        // SAFETY: a live context and a filled batch.
-        let rc = unsafe { (self.fns().llama_decode)(self.ptr, b) };
-        let mut out = Vec::new();
-        if rc == 0 {
-            if per_token {
-                for i in 0..n {
-                    // SAFETY: every position is an output; `width` floats, valid until the next decode.
-                    let p = unsafe { (self.fns().llama_get_embeddings_ith)(self.ptr, i) };
-                    if p.is_null() {
-                        break;
+        let n = tokens.len();
+        let out = self.decode_seq(
+            tokens,
+            0,
+            |_| true,
+            |me| {
+                let mut out = Vec::new();
+                if per_token {
+                    for i in 0..n {
+                        // SAFETY: every position is an output; `width` floats, valid until the next decode.
+                        let p = unsafe { (me.fns().llama_get_embeddings_ith)(me.ptr, i as i32) };
+                        if p.is_null() {
+                            break;
+                        }
+                        // SAFETY: see above.
+                        out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, width) });
                     }
-                    // SAFETY: see above.
-                    out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, width) });
+                } else {
+                    // SAFETY: a live context; sequence 0 was in the batch.
+                    let p = unsafe { (me.fns().llama_get_embeddings_seq)(me.ptr, 0) };
+                    if !p.is_null() {
+                        // SAFETY: the sequence's vector has `width` floats (n_embd, or n_cls_out for rank).
+                        out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, width) });
+                    }
                 }
-            } else {
-                // SAFETY: a live context; sequence 0 was in the batch.
-                let p = unsafe { (self.fns().llama_get_embeddings_seq)(self.ptr, 0) };
-                if !p.is_null() {
-                    // SAFETY: the sequence's vector has `width` floats (n_embd, or n_cls_out for rank).
-                    out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, width) });
-                }
-            }
-        }
-        // SAFETY: allocated by llama_batch_init above, freed once.
-        unsafe { (self.fns().llama_batch_free)(batch) };
-        ensure!(rc == 0, "llama_decode (encode) returned {rc}");
-        ensure!(out.len() == if per_token { tokens.len() * width } else { width }, "libllama returned no embeddings");
+                out
+            },
+        )?;
+        ensure!(out.len() == if per_token { n * width } else { width }, "libllama returned no embeddings");
         Ok(out)
     }
 

@@ -1,4 +1,4 @@
-//! `cargo xtask verify families` for the encoder families ([`synth::ENCODERS`]: bert,
+//! `cargo xtask verify families` for the encoder families ([`crate::synth::ENCODERS`]: bert,
 //! nomic-bert): embeddings instead of logits.
 //!
 //! For each pooling (none, mean, cls, last, rank) one libllama embedding context

@@ -309,7 +309,7 @@ pub fn f32_f32_avx512(_n: usize, w: &[u8], x: &[u8]) -> f32 {
 /// The leftovers `np..n` of `ggml_vec_dot_f32` (`sumf += x[i]*y[i]`) as GCC builds them
 /// for AVX-512 (disassembly of libggml-cpu): blocks of 16 and then one of 8 have their
 /// products rounded (`vmulps`) and added to the sum lane by lane, in order; the last
-/// fewer than 8 are fused multiply-adds (`vfmadd231ss`). `at(i)` is (x[i], y[i]).
+/// fewer than 8 are fused multiply-adds (`vfmadd231ss`). `at(i)` is `(x[i], y[i])`.
 pub fn f32_leftovers(mut s: f32, np: usize, n: usize, at: impl Fn(usize) -> (f32, f32)) -> f32 {
     let l = n - np;
     let mut i = np;
