@@ -1010,6 +1010,44 @@ pub const FAMILIES: &[Family] = &[
             ("final_logit_softcapping", Kv::F32(30.0)),
         ],
     },
+    Family {
+        name: "gemma4moe",
+        arch: "gemma4",
+        layout: "Gemma 4 26B-A4B (2816 wide, 16 heads; windowed layers 8 KV heads of 256 (window 1024, rope on 256 \
+                 dims, base 1e4), global ones 2 KV heads of 512 with V = K (proportional rope, base 1e6); every \
+                 layer a GeGLU FFN of 2112 as shared expert beside 128 routed experts, 8 used, softmax router on \
+                 rms_norm(x)/√n_embd·scale, per-expert down scales, gate+up fused (ffn_gate_up_exps) except on \
+                 layer 2; expert FFN 128 instead of 704; final soft-cap 30, tied output, no per-layer embeddings); \
+                 4 layers windowed/global/windowed/global, gemma-4 vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("gemma-4"),
+        n_layer: 4,
+        n_embd: 2816,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: 512,
+        n_ff: 2112,
+        n_expert: 128,
+        n_expert_used: 8,
+        n_ff_exp: 128,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        ctx: 262_144,
+        features: &[Feature::Gemma4, Feature::HeadDimKeys],
+        kv: &[
+            ("attention.head_count_kv", Kv::I32s(&[8, 2, 8, 2])),
+            ("attention.key_length_swa", Kv::U32(256)),
+            ("attention.value_length_swa", Kv::U32(256)),
+            ("rope.dimension_count", Kv::U32(512)),
+            ("rope.dimension_count_swa", Kv::U32(256)),
+            ("rope.freq_base_swa", Kv::F32(10000.0)),
+            ("attention.sliding_window", Kv::U32(1024)),
+            ("attention.sliding_window_pattern", Kv::Bools(&[true, false, true, false])),
+            ("attention.shared_kv_layers", Kv::U32(0)),
+            ("embedding_length_per_layer_input", Kv::U32(0)),
+            ("final_logit_softcapping", Kv::F32(30.0)),
+        ],
+    },
 ];
 
 /// The family named `name`.
@@ -1332,8 +1370,9 @@ fn write_gemma4_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
     let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
     let (swa, has_kv) = gemma4_layer_kind(fam, il)?;
     let head = if swa { fam_u32(fam, "attention.key_length_swa")? } else { fam.head_dim };
-    let (qd, kvd) = (fam.n_head * head, fam.n_head_kv * head);
-    let f = fam_per_layer(fam, "feed_forward_length")?[il];
+    let n_kv = fam_per_layer(fam, "attention.head_count_kv").map_or(fam.n_head_kv, |v| v[il]);
+    let (qd, kvd) = (fam.n_head * head, n_kv * head);
+    let f = fam_per_layer(fam, "feed_forward_length").map_or(fam.n_ff, |v| v[il]);
     b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
     b.tensor(&p("attn_q.weight"), &[e, qd], types.next(e), 0.0, s(e))?;
     if has_kv {
@@ -1356,6 +1395,29 @@ fn write_gemma4_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, 
     b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
     b.tensor(&p("post_ffw_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if fam.n_expert > 0 {
+        // 26B-A4B: routed experts beside the FFN (now the shared expert)
+        let (n, fe) = (fam.n_expert, fam.n_ff_exp);
+        b.tensor(&p("ffn_gate_inp.weight"), &[e, n], "f32", 0.0, s(e))?;
+        b.tensor(&p("ffn_gate_inp.scale"), &[e], "f32", 1.0, 0.2)?;
+        b.tensor(&p("pre_ffw_norm_2.weight"), &[e], "f32", 1.0, 0.1)?;
+        b.tensor(&p("post_ffw_norm_1.weight"), &[e], "f32", 1.0, 0.1)?;
+        b.tensor(&p("post_ffw_norm_2.weight"), &[e], "f32", 1.0, 0.1)?;
+        let mut expert_type = |row: u64| loop {
+            let t = types.next(row);
+            if t != "f16" {
+                break t;
+            }
+        };
+        if il == 2 {
+            b.tensor(&p("ffn_gate_exps.weight"), &[e, fe, n], expert_type(e), 0.0, s(e))?;
+            b.tensor(&p("ffn_up_exps.weight"), &[e, fe, n], expert_type(e), 0.0, s(e))?;
+        } else {
+            b.tensor(&p("ffn_gate_up_exps.weight"), &[e, 2 * fe, n], expert_type(e), 0.0, s(e))?;
+        }
+        b.tensor(&p("ffn_down_exps.weight"), &[fe, e, n], expert_type(fe), 0.0, s(fe))?;
+        b.tensor(&p("ffn_down_exps.scale"), &[n], "f32", 1.0, 0.2)?;
+    }
     let n_pl = fam_u32(fam, "embedding_length_per_layer_input")?;
     if n_pl > 0 {
         b.tensor(&p("inp_gate.weight"), &[e, n_pl], types.next(e), 0.0, s(e))?;

@@ -1149,6 +1149,12 @@ struct G4 {
     no_per_layer: bool,
     /// Every layer's per-layer projection `blk.N.proj` all zeros.
     zero_proj: bool,
+    /// 26B-A4B's MoE layers: 4 routed experts of 32 (2 used) beside every FFN.
+    moe: bool,
+    /// With `moe`: gate and up as one `ffn_gate_up_exps` (else split), same values.
+    fused: bool,
+    /// With `moe`: every `ffn_down_exps.scale` this value (else drawn).
+    expert_scale: Option<f32>,
 }
 
 /// A 4-layer gemma4 file (64 wide; 2 heads / 1 KV head, 16 wide on the windowed layers 0
@@ -1200,6 +1206,12 @@ fn gemma4_file(
         ("embedding_length_per_layer_input", Value::U32(if g.no_per_layer { 0 } else { n_pl as u32 })),
         ("final_logit_softcapping", Value::F32(30.0)),
     ];
+    let (n_exp, fe) = (4u64, 32u64);
+    if g.moe {
+        keys.push(("expert_count", Value::U32(n_exp as u32)));
+        keys.push(("expert_used_count", Value::U32(2)));
+        keys.push(("expert_feed_forward_length", Value::U32(fe as u32)));
+    }
     keys.retain(|(k, _)| Some(*k) != drop_key);
     for (k, v) in keys {
         w.add_kv(&format!("{arch}.{k}"), v);
@@ -1255,6 +1267,30 @@ fn gemma4_file(
         put(&p("ffn_up.weight"), &[e, f], 0.0, None);
         put(&p("ffn_down.weight"), &[f, e], 0.0, None);
         put(&p("post_ffw_norm.weight"), &[e], 1.0, None);
+        if g.moe {
+            put(&p("ffn_gate_inp.weight"), &[e, n_exp], 0.0, None);
+            put(&p("ffn_gate_inp.scale"), &[e], 1.0, None);
+            put(&p("pre_ffw_norm_2.weight"), &[e], 1.0, None);
+            put(&p("post_ffw_norm_1.weight"), &[e], 1.0, None);
+            put(&p("post_ffw_norm_2.weight"), &[e], 1.0, None);
+            // the experts' values from their own generator: the same whether fused or split
+            let mut r = rand::rngs::StdRng::seed_from_u64(40 + il as u64);
+            let mut draw = |n: u64| -> Vec<f32> { (0..n).map(|_| (r.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
+            let (gate, up) = (draw(e * fe * n_exp), draw(e * fe * n_exp));
+            if g.fused {
+                let per = (e * fe) as usize;
+                let gu: Vec<f32> = (0..n_exp as usize)
+                    .flat_map(|x| gate[x * per..(x + 1) * per].iter().chain(&up[x * per..(x + 1) * per]).copied())
+                    .collect();
+                put(&p("ffn_gate_up_exps.weight"), &[e, 2 * fe, n_exp], 0.0, Some(gu));
+            } else {
+                put(&p("ffn_gate_exps.weight"), &[e, fe, n_exp], 0.0, Some(gate));
+                put(&p("ffn_up_exps.weight"), &[e, fe, n_exp], 0.0, Some(up));
+            }
+            put(&p("ffn_down_exps.weight"), &[fe, e, n_exp], 0.0, Some(draw(fe * e * n_exp)));
+            let scale = g.expert_scale.map(|v| vec![v; n_exp as usize]);
+            put(&p("ffn_down_exps.scale"), &[n_exp], 1.0, scale);
+        }
         put(&p("inp_gate.weight"), &[e, n_pl], 0.0, None);
         put(&p("proj.weight"), &[n_pl, e], 0.0, None);
         put(&p("post_norm.weight"), &[e], 1.0, None);
@@ -1388,15 +1424,55 @@ fn gemma4_bad_input_is_named() {
     gemma4_file(&p, &g, None, &[], &[("blk.2.attn_q.weight", vec![64, 64])], None);
     let err = load_err(&p);
     assert!(err.contains("blk.2.attn_q.weight"), "{err}");
-    // the MoE layers of 26B-A4B are refused by name
-    gemma4_file(&p, &g, None, &[], &[], None);
-    let f = gguf_format::GgufFile::open(&p).unwrap();
-    let mut w = gguf_format::GgufWriter::from_file(&f).unwrap();
-    w.add_tensor_owned("blk.0.ffn_gate_inp.weight", &[64, 4], 0, vec![0u8; 64 * 4 * 4]).unwrap();
-    let p2 = p.with_extension("moe.gguf");
-    w.write_to_path(&p2).unwrap();
-    let err = load_err(&p2);
-    assert!(err.contains("blk.0.ffn_gate_inp.weight") && err.contains("not supported"), "{err}");
+}
+
+#[test]
+fn gemma4_moe_layers_route_beside_the_shared_ffn() {
+    let tokens = [3u32, 14, 15, 9, 26, 5, 35, 8, 2, 41];
+    let moe = G4 { moe: true, ..Default::default() };
+    let (desc, all) = gemma4_logits(&moe, &tokens, 512);
+    assert!(desc.contains("4 MoE layers (4 experts, 2 used"), "{desc}");
+    // fused gate+up experts compute what the split ones do, bit for bit
+    let (_, fused) = gemma4_logits(&G4 { moe: true, fused: true, ..Default::default() }, &tokens, 512);
+    assert_eq!(all, fused);
+    // the experts act: scaled to zero (post_norm_2(0) = 0) the logits change
+    let (_, dense) = gemma4_logits(&G4::default(), &tokens, 512);
+    assert!(rows_differ(&all, &dense));
+    let (_, silent) = gemma4_logits(&G4 { moe: true, expert_scale: Some(0.0), ..Default::default() }, &tokens, 512);
+    assert!(rows_differ(&all, &silent));
+    // routing per token: a batch of 3 and of 512 route alike
+    let (_, ub3) = gemma4_logits(&moe, &tokens, 3);
+    let worst = all.iter().zip(&ub3).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-3, "ubatch 3: max diff {worst}");
+}
+
+#[test]
+fn gemma4_moe_bad_input_is_named() {
+    let (_d, p) = tmp("gemma4moe.gguf");
+    let load_err = |p: &std::path::Path| gguf_models::load(p).err().expect("must not load").to_string();
+    for (g, name) in [
+        (G4 { moe: true, ..Default::default() }, "blk.0.ffn_gate_inp.scale"),
+        (G4 { moe: true, ..Default::default() }, "blk.1.pre_ffw_norm_2.weight"),
+        (G4 { moe: true, ..Default::default() }, "blk.2.post_ffw_norm_1.weight"),
+        (G4 { moe: true, ..Default::default() }, "blk.3.ffn_up_exps.weight"),
+        (G4 { moe: true, fused: true, ..Default::default() }, "blk.3.ffn_down_exps.weight"),
+    ] {
+        gemma4_file(&p, &g, Some(name), &[], &[], None);
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    let moe = G4 { moe: true, ..Default::default() };
+    for key in ["expert_count", "expert_feed_forward_length"] {
+        gemma4_file(&p, &moe, None, &[], &[], Some(key));
+        let err = load_err(&p);
+        assert!(err.contains(&format!("gemma4.{key}")), "{key}: {err}");
+    }
+    gemma4_file(&p, &moe, None, &[("gemma4.expert_used_count", Value::U32(5))], &[], None);
+    let err = load_err(&p);
+    assert!(err.contains("gemma4.expert_used_count"), "{err}");
+    gemma4_file(&p, &moe, None, &[], &[("blk.0.ffn_down_exps.scale", vec![3])], None);
+    let err = load_err(&p);
+    assert!(err.contains("blk.0.ffn_down_exps.scale"), "{err}");
 }
 
 // ---- bert, nomic-bert (encoders) ----

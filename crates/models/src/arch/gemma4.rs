@@ -20,7 +20,13 @@
 //!   `per_layer_proj_norm`), summed and × 1/√2; after each layer's FFN residual
 //!   `x += post_norm(proj(gelu(inp_gate · x) · per_layer_input[il]))`.
 //!
-//! Not supported yet: the MoE layers of 26B-A4B (`ffn_gate_inp`), refused by name.
+//!
+//! The 26B-A4B model's **MoE layers** (`ffn_gate_inp`): the GeGLU FFN becomes a shared
+//! expert (`ffn_norm` → FFN → `post_ffw_norm_1`) beside routed experts (`pre_ffw_norm_2` →
+//! top-k of a softmax router → `post_ffw_norm_2`), summed before `post_ffw_norm`; the router
+//! reads `rms_norm(x) · 1/√n_embd · ffn_gate_inp.scale`, not the experts' input, and each
+//! expert's down projection is scaled by `ffn_down_exps.scale` (the checkpoint's
+//! `per_expert_scale`); gate and up come fused (`ffn_gate_up_exps`) or split.
 //! Every layer's arithmetic follows the graph's order (see [`crate::blocks`]); `verify
 //! families --family gemma4` finds the logits bit-identical to libllama's at F16 and Q8_0
 //! caches (BENCHMARKS.md).
@@ -31,8 +37,8 @@ use gguf_format::SplitGguf;
 use quant_kernels::{ops, Pool};
 
 use crate::blocks::{
-    dump, Activation, Attention, AttentionScratch, Embedding, FfnScratch, GatedFfn, Heads, Linear, Pass, RmsNorm,
-    RowLayout, SeqKv, SeqView,
+    dump, Activation, Attention, AttentionScratch, Embedding, FfnScratch, GatedFfn, Gating, Heads, Linear, Moe, Pass,
+    RmsNorm, RowLayout, SeqKv, SeqView,
 };
 use crate::hparams::Hparams;
 use crate::kv_cache::KvCache;
@@ -79,6 +85,86 @@ struct PerLayerInputs {
     n_pl: usize,
 }
 
+/// The routed half of a MoE layer (26B-A4B).
+struct RoutedExperts {
+    moe: Moe,
+    /// `ffn_gate_inp.scale`: the router input's per-channel scale.
+    router_scale: Vec<f32>,
+    /// `pre_ffw_norm_2`: the experts' input norm.
+    pre_norm: RmsNorm,
+    /// `post_ffw_norm_1`: after the shared (dense) FFN.
+    post_norm_shared: RmsNorm,
+    /// `post_ffw_norm_2`: after the experts.
+    post_norm: RmsNorm,
+}
+
+impl RoutedExperts {
+    fn load(ld: &Loader<'_>, il: usize, hp: &Hparams, n_ff_exp: usize) -> Result<RoutedExperts> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        let (e, eps) = (hp.n_embd, hp.rms_eps);
+        if n_ff_exp == 0 {
+            return Err(Error::MissingKey(ld.key("expert_feed_forward_length")));
+        }
+        if hp.n_expert == 0 {
+            return Err(Error::MissingKey(ld.key("expert_count")));
+        }
+        if hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert {
+            return Err(Error::BadKey {
+                key: ld.key("expert_used_count"),
+                msg: format!("{} of {} experts", hp.n_expert_used, hp.n_expert),
+            });
+        }
+        let mut moe = Moe::load(ld, il, e, n_ff_exp, hp.n_expert, hp.n_expert_used)?;
+        moe.act = Activation::Gelu;
+        moe.gating = Gating::Softmax;
+        moe.norm_weights = true;
+        moe.weights_scale = 1.0;
+        moe.selection_bias = None;
+        Ok(RoutedExperts {
+            moe,
+            router_scale: ld.vector(&n("ffn_gate_inp.scale"), e as u64)?,
+            pre_norm: RmsNorm::load(ld, &n("pre_ffw_norm_2.weight"), e, eps)?,
+            post_norm_shared: RmsNorm::load(ld, &n("post_ffw_norm_1.weight"), e, eps)?,
+            post_norm: RmsNorm::load(ld, &n("post_ffw_norm_2.weight"), e, eps)?,
+        })
+    }
+
+    /// The experts' output for the `n` rows of `x` (the residual after attention) into
+    /// `out`, as `build_moe_ffn` with Gemma 4's router logits.
+    fn forward(
+        &self,
+        pass: &Pass<'_>,
+        il: usize,
+        x: &[f32],
+        n: usize,
+        h: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let e = self.router_scale.len();
+        // router input: ggml_rms_norm, ggml_scale(1/√n_embd), ggml_mul(scale) — one
+        // rounding each
+        let plain = RmsNorm { weight: vec![1.0; e], eps: self.pre_norm.eps };
+        plain.forward(x, h);
+        let inv = 1.0 / (e as f32).sqrt();
+        for row in h.chunks_exact_mut(e) {
+            for (v, &s) in row.iter_mut().zip(&self.router_scale) {
+                *v = (*v * inv) * s;
+            }
+        }
+        let rows = RowLayout::one(n);
+        let mut logits = Vec::new();
+        self.moe.router.forward(&pass.with_rows(&rows), h, &mut logits)?;
+        dump(&format!("ffn_moe_logits-{il}"), &logits);
+        self.pre_norm.forward(x, h);
+        dump(&format!("ffn_norm_2-{il}"), h);
+        self.moe.forward_routed(pass, h, &mut logits, n, out)?;
+        let mut tmp = Vec::new();
+        self.post_norm.forward_inplace(out, &mut tmp);
+        dump(&format!("ffn_moe-{il}"), out);
+        Ok(())
+    }
+}
+
 struct Layer {
     attn_norm: RmsNorm,
     attn: Attention,
@@ -88,6 +174,7 @@ struct Layer {
     ffn_norm: RmsNorm,
     ffn: GatedFfn,
     ffn_post_norm: RmsNorm,
+    experts: Option<RoutedExperts>,
     per_layer: Option<PerLayerBlock>,
     out_scale: Option<f32>,
 }
@@ -219,6 +306,10 @@ impl Gemma4 {
         let head_full = hp.head_k;
         let final_softcap = ld.opt_f32("final_logit_softcapping")?.filter(|&c| c != 0.0);
         let heads = per_layer(&ld, "attention.head_count", n_layer)?;
+        let n_ff_exp = match ld.opt_u32_per_layer("expert_feed_forward_length", n_layer)? {
+            Some(v) => v.into_iter().map(|x| x as usize).collect(),
+            None => vec![0; n_layer],
+        };
         let heads_kv = ld
             .opt_u32_per_layer("attention.head_count_kv", n_layer)?
             .map_or_else(|| heads.clone(), |v| v.into_iter().map(|x| x as usize).collect::<Vec<_>>());
@@ -277,12 +368,6 @@ impl Gemma4 {
             let n_rot = if is_swa { n_rot_swa } else { hp.n_rot };
             if head == 0 || n_rot > head || !n_rot.is_multiple_of(2) {
                 return Err(Error::Invalid(format!("layer {il}: head width {head}, rope dims {n_rot}")));
-            }
-            if ld.has(&n("ffn_gate_inp.weight")) {
-                return Err(Error::Unsupported(format!(
-                    "{ARCH}: MoE layers (`{}`, Gemma 4 26B-A4B) are not supported yet",
-                    n("ffn_gate_inp.weight")
-                )));
             }
             let heads_l = Heads { n_head: nh, n_head_kv: nkv, head_k: head, head_v: head };
             let has_kv = il < kv_layers;
@@ -363,6 +448,11 @@ impl Gemma4 {
             }
             let mut ffn = GatedFfn::load(&ld, il, e, hp.n_ff[il], Activation::Gelu)?;
             ffn.repack()?;
+            let experts = if ld.has(&n("ffn_gate_inp.weight")) {
+                Some(RoutedExperts::load(&ld, il, &hp, n_ff_exp[il])?)
+            } else {
+                None
+            };
             let per_layer = match &per_layer {
                 Some(p) => {
                     let mut inp_gate = Linear::load(&ld, &n("inp_gate"), e, p.n_pl)?;
@@ -387,6 +477,7 @@ impl Gemma4 {
                 ffn_norm: RmsNorm::load(&ld, &n("ffn_norm.weight"), e, eps)?,
                 ffn,
                 ffn_post_norm: RmsNorm::load(&ld, &n("post_ffw_norm.weight"), e, eps)?,
+                experts,
                 per_layer,
                 out_scale,
             });
@@ -521,6 +612,14 @@ impl Gemma4 {
             layer.ffn_norm.forward(&x, h);
             dump(&format!("ffn_norm-{il}"), h);
             layer.ffn.forward(&pass, il, h, ffn, f)?;
+            if let Some(ex) = &layer.experts {
+                // shared expert + routed experts, each post-normed, summed
+                ex.post_norm_shared.forward_inplace(f, tmp);
+                dump(&format!("ffn_mlp-{il}"), f);
+                ex.forward(&pass, il, &x, n, h, g)?;
+                ops::add_inplace(f, g);
+                dump(&format!("ffn_moe_combined-{il}"), f);
+            }
             dump(&format!("ffn_out-{il}"), f);
             layer.ffn_post_norm.forward_inplace(f, tmp);
             dump(&format!("ffn_post_norm-{il}"), f);
@@ -595,6 +694,13 @@ impl Model for Gemma4 {
         }
         if k_eq_v > 0 {
             s += &format!(", {k_eq_v} layers with V = K projection");
+        }
+        let n_moe = self.layers.iter().filter(|l| l.experts.is_some()).count();
+        if n_moe > 0 {
+            s += &format!(
+                ", {n_moe} MoE layers ({} experts, {} used, beside a shared FFN)",
+                hp.n_expert, hp.n_expert_used
+            );
         }
         if let Some(p) = &self.per_layer {
             s += &format!(", per-layer embeddings of {}", p.n_pl);

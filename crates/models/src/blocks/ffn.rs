@@ -182,22 +182,26 @@ impl GatedFfn {
 }
 
 /// A stacked expert tensor (`ffn_{gate,up,down}_exps`: `[cols, rows, n_expert]`), each
-/// expert's matrix read in place, with its optional per-expert bias (`[rows, n_expert]`).
+/// expert's matrix read in place, with its optional per-expert bias (`[rows, n_expert]`)
+/// and per-expert output scale (`….scale`, `[n_expert]`: llama.cpp's `build_lora_mm_id`
+/// multiplies the expert's product by it, one rounding).
 pub struct Experts {
     file: Arc<SplitGguf>,
     weight: TensorRef,
     n_expert: usize,
     bias: Option<Vec<f32>>,
+    scale: Option<Vec<f32>>,
 }
 
 impl Experts {
     /// The tensor `name` (`….weight`) of `n_expert` matrices of `[cols, rows]`, and its
-    /// `….bias` where the file has one.
+    /// `….bias` and `….scale` where the file has them.
     pub fn load(ld: &Loader<'_>, name: &str, cols: usize, rows: usize, n_expert: usize) -> Result<Experts> {
         let weight = ld.tensor(name, &[cols as u64, rows as u64, n_expert as u64])?;
-        let bias_name = format!("{}.bias", name.strip_suffix(".weight").unwrap_or(name));
-        let bias = ld.opt_floats(&bias_name, &[rows as u64, n_expert as u64])?;
-        let ex = Experts { file: ld.shared()?, weight, n_expert, bias };
+        let stem = name.strip_suffix(".weight").unwrap_or(name);
+        let bias = ld.opt_floats(&format!("{stem}.bias"), &[rows as u64, n_expert as u64])?;
+        let scale = ld.opt_vector(&format!("{stem}.scale"), n_expert as u64)?;
+        let ex = Experts { file: ld.shared()?, weight, n_expert, bias, scale };
         ex.matrix(0)?;
         Ok(ex)
     }
@@ -207,6 +211,11 @@ impl Experts {
         let b = self.bias.as_deref()?;
         let rows = b.len() / self.n_expert;
         Some(&b[e * rows..(e + 1) * rows])
+    }
+
+    /// Expert `e`'s output scale, if the tensor has scales.
+    pub fn scale(&self, e: usize) -> Option<f32> {
+        self.scale.as_ref().map(|s| s[e])
     }
 
     /// Expert `e`'s matrix.
@@ -222,6 +231,94 @@ impl Experts {
     pub fn name(&self) -> &str {
         &self.weight.name
     }
+
+    /// `y = x·W_eᵀ` for the `m` rows of `x`, then the expert's bias and scale, in
+    /// llama.cpp's order (`MUL_MAT_ID`, then `ggml_mul` by the scale, then the bias:
+    /// `build_moe_ffn`'s `ggml_add_id` comes after `build_lora_mm_id`).
+    fn forward(&self, pass: &Pass<'_>, e: usize, x: &[f32], m: usize, y: &mut Vec<f32>) -> Result<()> {
+        let w = self.matrix(e)?;
+        y.resize(m * w.rows(), 0.0);
+        matmul_expert(pass.pool, &w, x, m, y)?;
+        if let Some(s) = self.scale(e) {
+            y.iter_mut().for_each(|v| *v *= s);
+        }
+        add_bias(y, self.bias(e));
+        Ok(())
+    }
+}
+
+/// The gate and up projections of a [`Moe`]'s experts: two stacked tensors, or one
+/// (`ffn_gate_up_exps`, `[n_embd, 2·n_ff, n_expert]`, each expert's gate rows first —
+/// Gemma 4's `experts.gate_up_proj`), one product for both.
+pub enum GateUp {
+    /// `ffn_gate_exps` and `ffn_up_exps`.
+    Split {
+        /// Gate projections.
+        gate: Experts,
+        /// Up projections.
+        up: Experts,
+    },
+    /// `ffn_gate_up_exps`.
+    Fused(Experts),
+}
+
+impl GateUp {
+    /// Layer `il`'s `ffn_gate_up_exps` where the file has it, else `ffn_gate_exps` and
+    /// `ffn_up_exps` (llama.cpp's loaders take the fused tensor first).
+    pub fn load(ld: &Loader<'_>, il: usize, n_embd: usize, n_ff: usize, n_expert: usize) -> Result<GateUp> {
+        let n = |s: &str| format!("blk.{il}.{s}");
+        if ld.has(&n("ffn_gate_up_exps.weight")) {
+            return Ok(GateUp::Fused(Experts::load(ld, &n("ffn_gate_up_exps.weight"), n_embd, 2 * n_ff, n_expert)?));
+        }
+        Ok(GateUp::Split {
+            gate: Experts::load(ld, &n("ffn_gate_exps.weight"), n_embd, n_ff, n_expert)?,
+            up: Experts::load(ld, &n("ffn_up_exps.weight"), n_embd, n_ff, n_expert)?,
+        })
+    }
+
+    fn n_expert(&self) -> usize {
+        match self {
+            GateUp::Split { gate, .. } | GateUp::Fused(gate) => gate.n_expert,
+        }
+    }
+
+    /// The tensors whose input is the experts' input (for an observer).
+    fn tensors(&self) -> Vec<&Experts> {
+        match self {
+            GateUp::Split { gate, up } => vec![gate, up],
+            GateUp::Fused(gu) => vec![gu],
+        }
+    }
+
+    /// Expert `e`'s gate and up outputs for the `m` rows of `x` into `g` and `u`.
+    fn forward(
+        &self,
+        pass: &Pass<'_>,
+        e: usize,
+        x: &[f32],
+        m: usize,
+        g: &mut Vec<f32>,
+        u: &mut Vec<f32>,
+        gu: &mut Vec<f32>,
+    ) -> Result<()> {
+        match self {
+            GateUp::Split { gate, up } => {
+                gate.forward(pass, e, x, m, g)?;
+                up.forward(pass, e, x, m, u)
+            }
+            GateUp::Fused(t) => {
+                t.forward(pass, e, x, m, gu)?;
+                let ff = gu.len() / m / 2;
+                g.resize(m * ff, 0.0);
+                u.resize(m * ff, 0.0);
+                for (r, row) in gu.chunks_exact(2 * ff).enumerate() {
+                    g[r * ff..(r + 1) * ff].copy_from_slice(&row[..ff]);
+                    u[r * ff..(r + 1) * ff].copy_from_slice(&row[ff..]);
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A top-k mixture of gated experts with a softmax router (llama.cpp's `build_moe_ffn`
@@ -233,10 +330,8 @@ impl Experts {
 pub struct Moe {
     /// `ffn_gate_inp`: hidden → expert logits.
     pub router: Linear,
-    /// Gate projections of the experts.
-    pub gate: Experts,
-    /// Up projections.
-    pub up: Experts,
+    /// Gate and up projections of the experts.
+    pub gate_up: GateUp,
     /// Down projections.
     pub down: Experts,
     /// Experts per token.
@@ -287,8 +382,9 @@ pub fn mask_groups(sel: &mut [f32], n_groups: usize, n_used: usize) {
 }
 
 impl Moe {
-    /// Layer `il`'s router `ffn_gate_inp` and experts `ffn_{gate,up,down}_exps` of `n_ff`
-    /// hidden units each, with their biases where the file has them (gpt-oss).
+    /// Layer `il`'s router `ffn_gate_inp` and experts `ffn_{gate,up,down}_exps` (or
+    /// `ffn_gate_up_exps` and `ffn_down_exps`) of `n_ff` hidden units each, with their
+    /// biases (gpt-oss) and scales where the file has them.
     pub fn load(ld: &Loader<'_>, il: usize, n_embd: usize, n_ff: usize, n_expert: usize, n_used: usize) -> Result<Moe> {
         let n = |s: &str| format!("blk.{il}.{s}");
         if n_expert == 0 || n_used == 0 || n_used > n_expert {
@@ -298,8 +394,7 @@ impl Moe {
         let router_bias = ld.opt_vector(&n("ffn_gate_inp.bias"), n_expert as u64)?;
         Ok(Moe {
             router: Linear::new(ld.shared()?, router, router_bias)?,
-            gate: Experts::load(ld, &n("ffn_gate_exps.weight"), n_embd, n_ff, n_expert)?,
-            up: Experts::load(ld, &n("ffn_up_exps.weight"), n_embd, n_ff, n_expert)?,
+            gate_up: GateUp::load(ld, il, n_embd, n_ff, n_expert)?,
             down: Experts::load(ld, &n("ffn_down_exps.weight"), n_ff, n_embd, n_expert)?,
             n_used,
             norm_weights: true,
@@ -314,11 +409,29 @@ impl Moe {
     /// The experts' output for the `n` rows of `h` of one routing group.
     pub fn forward_seq(&self, pass: &Pass<'_>, h: &[f32], n: usize, out: &mut Vec<f32>) -> Result<()> {
         let rows = RowLayout::one(n);
-        let pass = pass.with_rows(&rows);
-        let ne = self.gate.n_expert;
-        let (e, k) = (self.router.cols(), self.n_used);
         let mut logits = Vec::new();
-        self.router.forward(&pass, h, &mut logits)?;
+        self.router.forward(&pass.with_rows(&rows), h, &mut logits)?;
+        self.forward_routed(pass, h, &mut logits, n, out)
+    }
+
+    /// [`Moe::forward_seq`] with the router's logits given (`n` rows of `n_expert`,
+    /// overwritten): for families whose router reads another input than the experts
+    /// (Gemma 4 routes on a scaled RMS norm of the residual).
+    pub fn forward_routed(
+        &self,
+        pass: &Pass<'_>,
+        h: &[f32],
+        logits: &mut [f32],
+        n: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let rows = RowLayout::one(n);
+        let pass = pass.with_rows(&rows);
+        let ne = self.gate_up.n_expert();
+        let (e, k) = (self.router.cols(), self.n_used);
+        if logits.len() != n * ne {
+            return Err(Error::Invalid(format!("{} router logits for {n} rows of {ne} experts", logits.len())));
+        }
         // Route: softmax over experts (or over the chosen ones), top-k, optional
         // renormalization and scale.
         let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); ne];
@@ -372,7 +485,7 @@ impl Moe {
         // Weighted expert outputs per (token, slot), summed in slot order afterwards as
         // llama.cpp's chain of ggml_add does.
         let mut weighted = vec![0f32; n * k * e];
-        let (mut xs, mut g, mut u, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut xs, mut g, mut u, mut gu, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (ex, toks) in routes.iter().enumerate() {
             if toks.is_empty() {
                 continue;
@@ -399,25 +512,16 @@ impl Moe {
             let slots: Vec<usize> = order.iter().map(|&r| toks[r].0 % k).collect();
             if let Some(o) = &pass.observer {
                 let x = reorder(&xs);
-                o.expert_matmul(self.gate.name(), ex, ne, &x, &slots);
-                o.expert_matmul(self.up.name(), ex, ne, &x, &slots);
+                for t in self.gate_up.tensors() {
+                    o.expert_matmul(t.name(), ex, ne, &x, &slots);
+                }
             }
-            let gm = self.gate.matrix(ex)?;
-            g.resize(m * gm.rows(), 0.0);
-            matmul_expert(pass.pool, &gm, &xs, m, &mut g)?;
-            add_bias(&mut g, self.gate.bias(ex));
-            let um = self.up.matrix(ex)?;
-            u.resize(m * um.rows(), 0.0);
-            matmul_expert(pass.pool, &um, &xs, m, &mut u)?;
-            add_bias(&mut u, self.up.bias(ex));
+            self.gate_up.forward(&pass, ex, &xs, m, &mut g, &mut u, &mut gu)?;
             self.act.apply(&mut g, &u);
             if let Some(o) = &pass.observer {
                 o.expert_matmul(self.down.name(), ex, ne, &reorder(&g), &slots);
             }
-            let dm = self.down.matrix(ex)?;
-            d.resize(m * e, 0.0);
-            matmul_expert(pass.pool, &dm, &g, m, &mut d)?;
-            add_bias(&mut d, self.down.bias(ex));
+            self.down.forward(&pass, ex, &g, m, &mut d)?;
             for (r, &(ts, wt)) in toks.iter().enumerate() {
                 for (o, s) in weighted[ts * e..(ts + 1) * e].iter_mut().zip(&d[r * e..(r + 1) * e]) {
                     *o = s * wt;

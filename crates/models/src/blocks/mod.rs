@@ -46,7 +46,7 @@ pub use delta_net::{
     causal_conv, dot_ggml, sigmoid, silu_inplace, softplus, DeltaNet, DeltaNetDims, DeltaNetScratch, RecurrentState,
     SeqRs,
 };
-pub use ffn::{mask_groups, Activation, Experts, Ffn, FfnScratch, GatedFfn, Gating, Moe};
+pub use ffn::{mask_groups, Activation, Experts, Ffn, FfnScratch, GateUp, GatedFfn, Gating, Moe};
 pub use linear::{Embedding, Linear};
 pub use mla::{Mla, MlaDims, MlaScratch};
 pub use norm::{layer_norm_row, LayerNorm, RmsNorm};
