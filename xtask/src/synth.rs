@@ -1135,6 +1135,27 @@ impl TypeCycle {
     }
 }
 
+/// A family file's builder (its random stream seeded from `seed` and the family's name)
+/// with the `general.*` keys written, and the vocabulary size of `tok`.
+fn family_builder(fam: &Family, seed: u64, tok: &GgufFile) -> Result<(Builder<'static>, u64)> {
+    let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
+        Some(a) => a.len() as u64,
+        None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),
+    };
+    let name_hash =
+        fam.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let mut b = Builder { w: GgufWriter::new(), rng: Rng(seed ^ name_hash) };
+    let w = &mut b.w;
+    w.add_kv("general.architecture", fam.arch);
+    w.add_kv("general.type", "model");
+    w.add_kv(
+        "general.name",
+        format!("synthetic {} (gguf-engine xtask synth families v{FAMILY_VERSION}, seed {seed:#x})", fam.name),
+    );
+    w.add_kv("general.file_type", 7u32); // mostly Q8_0
+    Ok((b, n_vocab))
+}
+
 fn write_family(path: &Path, fam: &Family, seed: u64, tok: &GgufFile) -> Result<()> {
     write_family_types(path, fam, seed, tok, FAMILY_TYPES)
 }
@@ -1151,23 +1172,10 @@ pub fn write_family_types(
     if encoders::is_encoder(fam) {
         return encoders::write(path, fam, seed, tok, types);
     }
-    let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
-        Some(a) => a.len() as u64,
-        None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),
-    };
-    let name_hash =
-        fam.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    let mut b = Builder { w: GgufWriter::new(), rng: Rng(seed ^ name_hash) };
+    let (mut b, n_vocab) = family_builder(fam, seed, tok)?;
     let arch = fam.arch;
     let k = |s: &str| format!("{arch}.{s}");
     let w = &mut b.w;
-    w.add_kv("general.architecture", arch);
-    w.add_kv("general.type", "model");
-    w.add_kv(
-        "general.name",
-        format!("synthetic {} (gguf-engine xtask synth families v{FAMILY_VERSION}, seed {seed:#x})", fam.name),
-    );
-    w.add_kv("general.file_type", 7u32); // mostly Q8_0
     let nextn = fam_u32(fam, "nextn_predict_layers").unwrap_or(0);
     w.add_kv(&k("block_count"), (fam.n_layer as u64 + nextn) as u32);
     w.add_kv(&k("context_length"), fam.ctx);

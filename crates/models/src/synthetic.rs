@@ -90,6 +90,32 @@ fn rand_f32(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale).collect()
 }
 
+/// Adds tensor `name` of `dims`, random values of `scale` (plus 1 with `ones`, for norm
+/// weights), as Q8_0 when `q8` and the rows allow it (matrices of rows of 32), else F32.
+fn add_random(
+    w: &mut GgufWriter,
+    rng: &mut rand::rngs::StdRng,
+    name: &str,
+    dims: &[u64],
+    scale: f32,
+    ones: bool,
+    q8: bool,
+) -> Result<()> {
+    let n: u64 = dims.iter().product();
+    let mut v = rand_f32(rng, n as usize, scale);
+    if ones {
+        v.iter_mut().for_each(|x| *x += 1.0);
+    }
+    if q8 && dims.len() >= 2 && dims[0].is_multiple_of(32) {
+        let t = ggml_quants::lookup_name("q8_0")?;
+        let bytes = t.quantize_to_vec(&v, dims[0] as usize, None)?;
+        w.add_tensor_owned(name, dims, t.id, bytes)?;
+    } else {
+        w.add_tensor_owned(name, dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
+    }
+    Ok(())
+}
+
 /// Writes the model to `path`, leaving out tensor `skip` and adding `extra` keys.
 pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)]) -> Result<()> {
     if matches!(t.arch.as_str(), "bert" | "nomic-bert") {
@@ -167,23 +193,11 @@ pub fn write(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Value)])
     for (k, v) in extra {
         w.add_kv(k, v.clone());
     }
-    let q8 = ggml_quants::lookup_name("q8_0")?;
     let mut add = |name: String, dims: Vec<u64>, scale: f32, ones: bool| -> Result<()> {
         if skip == Some(name.as_str()) {
             return Ok(());
         }
-        let n: u64 = dims.iter().product();
-        let mut v = rand_f32(&mut rng, n as usize, scale);
-        if ones {
-            v.iter_mut().for_each(|x| *x += 1.0);
-        }
-        if t.q8 && dims.len() >= 2 && dims[0].is_multiple_of(32) {
-            let bytes = q8.quantize_to_vec(&v, dims[0] as usize, None)?;
-            w.add_tensor_owned(&name, &dims, q8.id, bytes)?;
-        } else {
-            w.add_tensor_owned(&name, &dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
-        }
-        Ok(())
+        add_random(&mut w, &mut rng, &name, &dims, scale, ones, t.q8)
     };
     let (e, hd) = (t.n_embd, t.head);
     add("token_embd.weight".into(), vec![e, t.n_vocab], 1.0, false)?;
@@ -329,23 +343,12 @@ fn write_encoder(t: &Tiny, path: &Path, skip: Option<&str>, extra: &[(&str, Valu
     for (key, v) in extra {
         w.add_kv(key, v.clone());
     }
-    let q8 = ggml_quants::lookup_name("q8_0")?;
     let mut add = |name: String, dims: Vec<u64>, scale: f32, ones: bool| -> Result<()> {
         if skip == Some(name.as_str()) {
             return Ok(());
         }
-        let n: u64 = dims.iter().product();
-        let mut v = rand_f32(&mut rng, n as usize, scale);
-        if ones {
-            v.iter_mut().for_each(|x| *x += 1.0);
-        }
-        if t.q8 && dims.len() >= 2 && dims[0].is_multiple_of(32) && !name.starts_with("token_types") {
-            let bytes = q8.quantize_to_vec(&v, dims[0] as usize, None)?;
-            w.add_tensor_owned(&name, &dims, q8.id, bytes)?;
-        } else {
-            w.add_tensor_owned(&name, &dims, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
-        }
-        Ok(())
+        let q8 = t.q8 && !name.starts_with("token_types");
+        add_random(&mut w, &mut rng, &name, &dims, scale, ones, q8)
     };
     let (e, f) = (t.n_embd, t.n_ff);
     add("token_embd.weight".into(), vec![e, n_vocab], 1.0, false)?;

@@ -13,10 +13,10 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
-use gguf_format::{GgufFile, GgufWriter};
+use anyhow::{Context, Result};
+use gguf_format::GgufFile;
 
-use super::{Builder, Family, Rng, TypeCycle, VocabSource, FAMILY_VERSION};
+use super::{Family, TypeCycle, VocabSource};
 
 /// The encoder families, in the order `verify families` runs them (after [`super::FAMILIES`]).
 pub const ENCODERS: &[Family] = &[
@@ -74,24 +74,11 @@ pub fn is_encoder(fam: &Family) -> bool {
 
 /// The file of an encoder family (see the module docs).
 pub fn write(path: &Path, fam: &Family, seed: u64, tok: &GgufFile, types: &'static [&'static str]) -> Result<()> {
-    let n_vocab = match tok.metadata().get_array("tokenizer.ggml.tokens") {
-        Some(a) => a.len() as u64,
-        None => bail!("{} has no tokenizer.ggml.tokens", tok.path().display()),
-    };
     let nomic = fam.arch == "nomic-bert";
-    let name_hash =
-        fam.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    let mut b = Builder { w: GgufWriter::new(), rng: Rng(seed ^ name_hash) };
+    let (mut b, n_vocab) = super::family_builder(fam, seed, tok)?;
     let arch = fam.arch;
     let k = |s: &str| format!("{arch}.{s}");
     let w = &mut b.w;
-    w.add_kv("general.architecture", arch);
-    w.add_kv("general.type", "model");
-    w.add_kv(
-        "general.name",
-        format!("synthetic {} (gguf-engine xtask synth families v{FAMILY_VERSION}, seed {seed:#x})", fam.name),
-    );
-    w.add_kv("general.file_type", 7u32);
     w.add_kv(&k("block_count"), fam.n_layer as u32);
     w.add_kv(&k("context_length"), fam.ctx);
     w.add_kv(&k("embedding_length"), fam.n_embd as u32);
