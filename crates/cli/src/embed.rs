@@ -6,10 +6,13 @@
 //! llama-embedding's formats: the summary (`""`), `array`, `json`, `json+` (with the
 //! cosine-similarity matrix) or `raw` (one line per embedding).
 //!
-//! Differences from llama-embedding: a rank (reranker) result is its `n_cls_out` scores,
+//! With `--pooling rank`, a line holding `--cls-separator` (a tab by default) is a
+//! query/document pair, joined as llama-embedding joins it: into the file's `rerank`
+//! template, or with the vocabulary's added EOS and SEP token texts between the pieces.
+//!
+//! Difference from llama-embedding: a rank (reranker) result is its `n_cls_out` scores,
 //! normalized over those scores (llama-embedding normalizes `n_embd` floats from a buffer
-//! of `n_cls_out`); query/document pairs (`--cls-separator`, the `rerank` template) are not
-//! joined — a line is one input.
+//! of `n_cls_out`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -47,38 +50,14 @@ pub struct EmbedArgs {
     /// Separator of the inputs in the prompt.
     #[arg(long = "embd-separator", default_value = "\n")]
     embd_separator: String,
+    /// Separator of a query/document pair in one input (pooling rank).
+    #[arg(long = "cls-separator", default_value = "\t")]
+    cls_separator: String,
 }
 
 /// llama.cpp's `common_embd_normalize` of `inp` into `out`.
 pub fn normalize(inp: &[f32], out: &mut [f32], embd_norm: i32) {
-    let mut sum = 0.0f64;
-    match embd_norm {
-        -1 => sum = 1.0,
-        0 => {
-            for &x in inp {
-                if sum < x.abs() as f64 {
-                    sum = x.abs() as f64;
-                }
-            }
-            sum /= 32760.0;
-        }
-        2 => {
-            for &x in inp {
-                sum += (x * x) as f64;
-            }
-            sum = sum.sqrt();
-        }
-        p => {
-            for &x in inp {
-                sum += (x.abs() as f64).powf(p as f64);
-            }
-            sum = sum.powf(1.0 / p as f64);
-        }
-    }
-    let norm = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
-    for (o, &x) in out.iter_mut().zip(inp) {
-        *o = x * norm;
-    }
+    gguf_models::normalize_embedding(inp, out, embd_norm)
 }
 
 /// llama.cpp's `common_embd_similarity_cos`.
@@ -126,6 +105,24 @@ pub fn embeddings(
     Ok(rows)
 }
 
+/// llama-embedding's text of a rank input `p` split at `sep`: query and document into the
+/// `rerank` template, or every piece joined by the added EOS and SEP tokens' texts.
+fn join_pair(tok: &gguf_tokenizer::Tokenizer, rerank: Option<&str>, p: &str, sep: &str) -> Result<String> {
+    let pieces = split(p, sep);
+    if let Some(t) = rerank {
+        return Ok(t.replace("{query}", &pieces[0]).replace("{document}", &pieces[1]));
+    }
+    let text = |on: bool, id: Option<u32>| -> Result<String> {
+        match id.filter(|_| on) {
+            Some(id) => Ok(String::from_utf8_lossy(tok.token_data(id)?.text).into_owned()),
+            None => Ok(String::new()),
+        }
+    };
+    let sp = tok.special_ids();
+    let between = text(tok.add_eos(), sp.eos)? + &text(tok.add_sep(), sp.sep)?;
+    Ok(pieces.join(&between))
+}
+
 /// `gguf embed`.
 pub fn run(args: &EmbedArgs) -> Result<()> {
     let l = engine::load(&args.model)?;
@@ -163,9 +160,14 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     };
     let prompts = split(&text, &args.embd_separator);
     let n_ctx = l.model.n_ctx_train();
+    let rerank = l.file.metadata().get_str("tokenizer.chat_template.rerank");
     let mut inputs = Vec::with_capacity(prompts.len());
     for (i, p) in prompts.iter().enumerate() {
-        let ids = l.tok.encode(p, true, true)?;
+        let ids = if pooling == Pooling::Rank && !args.cls_separator.is_empty() && p.contains(&args.cls_separator) {
+            l.tok.encode(&join_pair(&l.tok, rerank, p, &args.cls_separator)?, true, true)?
+        } else {
+            l.tok.encode(p, true, true)?
+        };
         if ids.len() > n_ctx {
             bail!("input {i} has {} tokens, more than the model's context of {n_ctx} (n_ctx_train)", ids.len());
         }

@@ -102,6 +102,16 @@ pub struct ServeArgs {
     /// Largest request body in bytes; larger ones get 413.
     #[arg(long = "max-body-size", default_value_t = 32 << 20)]
     pub max_body_size: usize,
+    /// Embeddings (accepted for llama-server compatibility: an embedding model — bert,
+    /// nomic-bert — always serves /embedding and /v1/embeddings, a generative one never).
+    #[arg(long = "embedding", visible_alias = "embeddings")]
+    pub embedding: bool,
+    /// An embedding model's pooling: none, mean, cls, last or rank (default: the file's).
+    #[arg(long)]
+    pub pooling: Option<String>,
+    /// Serve /rerank with a reranker model (pooling `rank`).
+    #[arg(long = "reranking", visible_alias = "rerank", conflicts_with = "pooling")]
+    pub reranking: bool,
 }
 
 /// Runs the server until SIGTERM / Ctrl-C.
@@ -154,6 +164,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         cache_reuse: args.cache_reuse,
         kv_unified: args.kv_unified && !args.no_kv_unified,
         announce: true,
+        pooling: if args.reranking { Some("rank".into()) } else { args.pooling.clone() },
     };
     gguf_server::serve(cfg, None)?;
     Ok(())

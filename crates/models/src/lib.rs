@@ -49,7 +49,7 @@ use std::sync::Arc;
 pub use arch::{base_spec, load_with};
 pub use error::{Error, Result};
 pub use kv_cache::CacheType;
-pub use model::{Encoder, Logits, Model, Observer, Pooling, Segment, State, StateOptions};
+pub use model::{normalize_embedding, Encoder, Logits, Model, Observer, Pooling, Segment, State, StateOptions};
 pub use quant_kernels::{Pool, MAX_THREADS};
 pub use registry::{architectures, registry_problems, Architecture};
 

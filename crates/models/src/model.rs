@@ -199,6 +199,39 @@ impl Pooling {
     }
 }
 
+/// llama.cpp's `common_embd_normalize` of `inp` into `out`: `norm` -1 none, 0 max
+/// absolute (to the int16 range), 1 taxicab, 2 Euclidean, > 2 p-norm (sums in f64).
+pub fn normalize_embedding(inp: &[f32], out: &mut [f32], norm: i32) {
+    let mut sum = 0.0f64;
+    match norm {
+        -1 => sum = 1.0,
+        0 => {
+            for &x in inp {
+                if sum < x.abs() as f64 {
+                    sum = x.abs() as f64;
+                }
+            }
+            sum /= 32760.0;
+        }
+        2 => {
+            for &x in inp {
+                sum += (x * x) as f64;
+            }
+            sum = sum.sqrt();
+        }
+        p => {
+            for &x in inp {
+                sum += (x.abs() as f64).powf(p as f64);
+            }
+            sum = sum.powf(1.0 / p as f64);
+        }
+    }
+    let scale = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
+    for (o, &x) in out.iter_mut().zip(inp) {
+        *o = x * scale;
+    }
+}
+
 /// An embedding model (an encoder with no KV cache: each call sees whole sequences, as
 /// llama.cpp's `llama_encode`). Why a trait of its own rather than more [`Model`] methods:
 /// its input is a set of complete sequences and its output vectors, not logits of a

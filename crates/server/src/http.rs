@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::api::{self, Body};
+use crate::embed::{self, Embedder};
 use crate::engine::{Constrain, Engine, EngineOptions, Event, GenParams, Job, Summary};
 use crate::Error;
 
@@ -77,6 +78,9 @@ pub struct Config {
     pub kv_unified: bool,
     /// Print the bound address as `listening on http://ADDR` on stdout once ready to accept.
     pub announce: bool,
+    /// An embedding model's pooling (`--pooling`; `None`: the file's; `rank` for a
+    /// reranker, `--reranking`).
+    pub pooling: Option<String>,
 }
 
 impl Default for Config {
@@ -105,6 +109,7 @@ impl Default for Config {
             cache_reuse: 0,
             kv_unified: false,
             announce: true,
+            pooling: None,
         }
     }
 }
@@ -126,10 +131,18 @@ pub enum GrammarRequest {
     Lark(String),
 }
 
+/// What the loaded model serves.
+enum Backend {
+    /// Generation: completions and chat.
+    Generate(Engine),
+    /// An encoder: embeddings and reranking.
+    Embed(Embedder),
+}
+
 struct Ready {
     /// The grammar vocabulary, built on the first constrained request.
     vocab: OnceLock<Result<Arc<gguf_grammar::Vocab>, String>>,
-    engine: Engine,
+    backend: Backend,
     tok: Arc<Tokenizer>,
     template: ChatTemplate,
     model_id: String,
@@ -147,6 +160,32 @@ struct App {
     /// Signalled when loading fails: the server stops with the error, as llama-server exits.
     failed: tokio::sync::Notify,
     t_start: u64,
+}
+
+impl Ready {
+    /// The generation engine, or llama-server's refusal when the model is an encoder.
+    fn engine(&self) -> Result<&Engine, Error> {
+        match &self.backend {
+            Backend::Generate(e) => Ok(e),
+            Backend::Embed(_) => Err(Error::NotSupported(format!(
+                "`{}` is an embedding model: this server answers /embedding, /v1/embeddings and /rerank, not \
+                 generation",
+                self.model_id
+            ))),
+        }
+    }
+
+    /// The encoder, or llama-server's refusal when the model generates.
+    fn embedder(&self) -> Result<&Embedder, Error> {
+        match &self.backend {
+            Backend::Embed(e) => Ok(e),
+            Backend::Generate(_) => Err(Error::NotSupported(
+                "This server does not support embeddings: its model is generative (start it with an embedding model \
+                 such as bert or nomic-bert)"
+                    .into(),
+            )),
+        }
+    }
 }
 
 impl App {
@@ -177,6 +216,35 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
             None => ChatTemplate::builtin("chatml")?,
         },
     };
+    let model_id = cfg.alias.clone().unwrap_or_else(|| {
+        cfg.model.file_name().map_or_else(|| cfg.model.display().to_string(), |n| n.to_string_lossy().into_owned())
+    });
+    let pooling = cfg.pooling.as_deref().map(gguf_models::Pooling::parse).transpose()?;
+    if model.encoder().is_some() {
+        let rerank = md.get_str("tokenizer.chat_template.rerank").map(str::to_string);
+        let e = Embedder::new(model, pooling, cfg.n_threads, rerank)?;
+        eprintln!("model: an encoder, pooling `{}`, inputs up to {} tokens", e.pooling.name(), e.n_ctx);
+        let (n_vocab, n_ctx_train) = (tok.n_vocab(), e.n_ctx);
+        return Ok(Ready {
+            vocab: OnceLock::new(),
+            backend: Backend::Embed(e),
+            bos,
+            eos,
+            tok,
+            template,
+            model_id,
+            n_vocab,
+            n_ctx_train,
+            constraints,
+        });
+    }
+    if pooling.is_some() {
+        return Err(Error::Invalid(format!(
+            "--pooling applies to embedding models; `{}` is generative ({})",
+            model_id,
+            model.arch()
+        )));
+    }
     let n_parallel = cfg.n_parallel.max(1);
     let n_ctx_total = if cfg.n_ctx == 0 { model.n_ctx_train() } else { cfg.n_ctx };
     let n_ctx_slot = if cfg.kv_unified {
@@ -196,9 +264,6 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         queue_size: cfg.queue_size,
         kv_unified: cfg.kv_unified.then_some(n_ctx_total.max(1)),
     };
-    let model_id = cfg.alias.clone().unwrap_or_else(|| {
-        cfg.model.file_name().map_or_else(|| cfg.model.display().to_string(), |n| n.to_string_lossy().into_owned())
-    });
     let (n_vocab, n_ctx_train) = (model.n_vocab(), model.n_ctx_train());
     if tok.n_vocab() > n_vocab {
         return Err(Error::Invalid(format!(
@@ -213,7 +278,18 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
     }
     let engine = Engine::start(model, tok.clone(), &opts)?;
-    Ok(Ready { vocab: OnceLock::new(), engine, bos, eos, tok, template, model_id, n_vocab, n_ctx_train, constraints })
+    Ok(Ready {
+        vocab: OnceLock::new(),
+        backend: Backend::Generate(engine),
+        bos,
+        eos,
+        tok,
+        template,
+        model_id,
+        n_vocab,
+        n_ctx_train,
+        constraints,
+    })
 }
 
 /// Runs the server until SIGTERM / Ctrl-C: binds first (so `/health` answers 503 while
@@ -349,7 +425,9 @@ async fn run(
         }
         eprintln!("shutting down: no new requests; ending running generations");
         if let Some(r) = stopper.ready.get() {
-            tokio::task::block_in_place(|| r.engine.shutdown());
+            if let Backend::Generate(e) = &r.backend {
+                tokio::task::block_in_place(|| e.shutdown());
+            }
         }
     };
     axum::serve(listener, router)
@@ -402,6 +480,13 @@ fn router(app: Arc<App>) -> Router {
         .route("/v1/completions", post(oai_completions))
         .route("/chat/completions", post(chat_completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/embedding", post(embeddings))
+        .route("/embeddings", post(embeddings))
+        .route("/v1/embeddings", post(embeddings_oai))
+        .route("/rerank", post(rerank))
+        .route("/reranking", post(rerank))
+        .route("/v1/rerank", post(rerank))
+        .route("/v1/reranking", post(rerank))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth))
         .layer(middleware::from_fn(log_request))
@@ -482,17 +567,21 @@ async fn props(State(app): State<Arc<App>>) -> Response {
         Err(e) => return e.into_response(),
     };
     let d = SamplerParams::default();
+    let (n_ctx, n_slots) = match &r.backend {
+        Backend::Generate(e) => (e.n_ctx_slot, e.n_parallel),
+        Backend::Embed(e) => (e.n_ctx, 1),
+    };
     Json(json!({
         "default_generation_settings": {
             "id": 0,
-            "n_ctx": r.engine.n_ctx_slot,
+            "n_ctx": n_ctx,
             "params": {
                 "n_predict": app.cfg.n_predict,
                 "temperature": d.temp, "top_k": d.top_k, "top_p": d.top_p, "min_p": d.min_p,
                 "repeat_penalty": d.repeat_penalty, "repeat_last_n": d.repeat_last_n,
             },
         },
-        "total_slots": r.engine.n_parallel,
+        "total_slots": n_slots,
         "model_alias": r.model_id,
         "model_path": app.cfg.model.display().to_string(),
         "chat_template": r.template.source(),
@@ -513,7 +602,10 @@ async fn slots(State(app): State<Arc<App>>) -> Response {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let infos = r.engine.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let infos = match &r.backend {
+        Backend::Generate(e) => e.slots.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        Backend::Embed(_) => Vec::new(),
+    };
     let v: Vec<Value> = infos
         .iter()
         .map(|s| {
@@ -541,7 +633,10 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let m = &r.engine.metrics;
+    let m = match r.engine() {
+        Ok(e) => &e.metrics,
+        Err(e) => return e.into_response(),
+    };
     let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as f64;
     let n_decode = ld(&m.n_decode);
     let rate = |n: f64, us: f64| if us > 0.0 { n / (us / 1e6) } else { 0.0 };
@@ -583,6 +678,32 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         }
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+async fn embeddings(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    embeddings_impl(app, body, false).await
+}
+
+async fn embeddings_oai(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    embeddings_impl(app, body, true).await
+}
+
+async fn embeddings_impl(app: Arc<App>, body: HttpBody, oai: bool) -> Response {
+    let res = async {
+        app.ready()?.embedder()?;
+        let m = read_body(&app, body).await?;
+        blocking(&app, move |r| embed::embeddings_body(r.embedder()?, &r.tok, &r.model_id, &m, oai).map(Json)).await
+    };
+    res.await.into_response()
+}
+
+async fn rerank(State(app): State<Arc<App>>, body: HttpBody) -> Response {
+    let res = async {
+        app.ready()?.embedder()?;
+        let m = read_body(&app, body).await?;
+        blocking(&app, move |r| embed::rerank_body(r.embedder()?, &r.tok, &r.model_id, &m).map(Json)).await
+    };
+    res.await.into_response()
 }
 
 async fn tokenize(State(app): State<Arc<App>>, body: HttpBody) -> Response {
@@ -1271,7 +1392,8 @@ async fn start(app: &Arc<App>, kind: Kind, body: HttpBody) -> Result<(Meta, mpsc
     if prompt.is_empty() {
         return Err(Error::Invalid("the prompt is empty (it has no tokens)".into()));
     }
-    let n_ctx = r.engine.n_ctx_slot;
+    let engine = r.engine()?;
+    let n_ctx = engine.n_ctx_slot;
     if prompt.len() >= n_ctx {
         return Err(Error::ExceedContext {
             message: format!(
@@ -1283,9 +1405,9 @@ async fn start(app: &Arc<App>, kind: Kind, body: HttpBody) -> Result<(Meta, mpsc
         });
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let id = r.engine.next_id();
+    let id = engine.next_id();
     let settings = params.settings.clone();
-    r.engine.submit(Job { id, prompt, params, tx })?;
+    engine.submit(Job { id, prompt, params, tx })?;
     let prefix = match kind {
         Kind::Chat => "chatcmpl-",
         _ => "cmpl-",

@@ -3,11 +3,13 @@
 //!
 //! - [`engine`]: the scheduler thread (slots, batching, sampling, stop strings).
 //! - [`api`]: request parsing and response shapes (llama-server's field names).
+//! - [`embed`]: embeddings and reranking when the model is an encoder.
 //! - [`http`]: the axum router, API keys, body limits, SSE, shutdown.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod embed;
 pub mod engine;
 mod error;
 pub mod http;

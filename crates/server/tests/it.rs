@@ -25,9 +25,13 @@ fn model(dir: &tempfile::TempDir) -> PathBuf {
 }
 
 fn start(f: impl FnOnce(&mut gguf_server::Config)) -> Srv {
+    start_with(model, f)
+}
+
+fn start_with(make: impl FnOnce(&tempfile::TempDir) -> PathBuf, f: impl FnOnce(&mut gguf_server::Config)) -> Srv {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = gguf_server::Config {
-        model: model(&dir),
+        model: make(&dir),
         port: 0,
         n_parallel: 4,
         n_ctx: 1024,
@@ -715,4 +719,158 @@ fn a_unified_kv_cache_lets_one_slot_use_the_whole_context() {
     let after = slots(&s);
     assert_eq!(after[first]["n_past"], 0, "the idle slot was purged: {after:?}");
     assert!(after[1 - first]["n_past"].as_u64().unwrap() >= 31);
+}
+
+// ---- embeddings and reranking (an encoder model) ----
+
+/// A tiny bert with a WordPiece vocabulary (pooling mean, two classifier labels).
+fn bert(dir: &tempfile::TempDir) -> PathBuf {
+    let mut t = Tiny::new("bert").with_tokenizer();
+    t.n_head_kv = t.n_head;
+    let p = dir.path().join("bert.gguf");
+    write(&t, &p, None, &[]).unwrap();
+    p
+}
+
+/// What the encoder itself gives for `text` (tokenized as the server does), normalized
+/// by `norm`, or raw with `norm` None.
+fn direct(srv: &Srv, seqs: &[Vec<u32>], pooling: gguf_models::Pooling) -> Vec<Vec<f32>> {
+    let p = srv._dir.path().join("bert.gguf");
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    let enc = model.encoder().unwrap();
+    let seqs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+    enc.embed(&gguf_models::Pool::new(1), &seqs, pooling).unwrap()
+}
+
+fn bert_tokens(srv: &Srv, text: &str) -> Vec<u32> {
+    let p = srv._dir.path().join("bert.gguf");
+    let f = gguf_format::GgufFile::open(&p).unwrap();
+    let tok = gguf_tokenizer::Tokenizer::from_gguf(f.metadata()).unwrap();
+    tok.encode(text, true, true).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+#[test]
+fn embeddings_are_the_encoders_vectors_normalized() {
+    let s = start_with(bert, |_| {});
+    let inputs = ["hello world", "abc 12", "hello world"];
+    let (code, v) = s.post("/v1/embeddings", &json!({"input": inputs, "model": "m"}));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], "m");
+    let data = v["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    let toks: Vec<Vec<u32>> = inputs.iter().map(|t| bert_tokens(&s, t)).collect();
+    let want = direct(&s, &toks, gguf_models::Pooling::Mean);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], i);
+        assert_eq!(d["object"], "embedding");
+        let got = floats(&d["embedding"]);
+        let mut n = vec![0f32; want[i].len()];
+        gguf_models::normalize_embedding(&want[i], &mut n, 2);
+        assert_eq!(got, n, "input {i}: the encoder's vector, Euclidean-normalized");
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], toks.iter().map(Vec::len).sum::<usize>());
+    assert_ne!(data[0]["embedding"], data[1]["embedding"]);
+    // base64: the same floats' little-endian bytes
+    let (_, b) = s.post("/v1/embeddings", &json!({"input": "abc 12", "encoding_format": "base64"}));
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let from_b64: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(from_b64, floats(&data[1]["embedding"]));
+    // llama-server's own shape: a list of {index, embedding: [vector]}; embd_normalize -1 = raw
+    let (code, e) = s.post("/embedding", &json!({"content": "abc 12", "embd_normalize": -1}));
+    assert_eq!(code, 200, "{e}");
+    assert_eq!(e[0]["index"], 0);
+    assert_eq!(floats(&e[0]["embedding"][0]), want[1]);
+    // token ids are taken as given
+    let (_, t) = s.post("/embeddings", &json!({"content": toks[1]}));
+    assert_eq!(t[0]["embedding"][0], data[1]["embedding"]);
+    // bad input, named; generation refused
+    for (body, want) in [
+        (json!({}), "\"input\" or \"content\" must be provided"),
+        (json!({"input": []}), "cannot be empty"),
+        (json!({"input": "x", "encoding_format": "hex"}), "float or base64"),
+        (json!({"input": [1, 99999]}), "invalid token id 99999"),
+        (json!({"input": "abc ".repeat(100)}), "longer than the model's context"),
+    ] {
+        let (code, e) = s.post("/v1/embeddings", &body);
+        assert_eq!(code, 400, "{body}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(want), "{body}: {e}");
+    }
+    let (code, e) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}]}));
+    assert_eq!(code, 501, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("embedding model"), "{e}");
+    let (code, _) = s.post("/rerank", &json!({"query": "a", "documents": ["b"]}));
+    assert_eq!(code, 501, "a mean-pooling model does not rerank");
+}
+
+#[test]
+fn embeddings_per_token_with_pooling_none() {
+    let s = start_with(bert, |c| c.pooling = Some("none".into()));
+    let (code, e) = s.post("/v1/embeddings", &json!({"input": "hello"}));
+    assert_eq!(code, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("not OAI compatible"), "{e}");
+    let (code, e) = s.post("/embedding", &json!({"content": "hello world"}));
+    assert_eq!(code, 200, "{e}");
+    let toks = bert_tokens(&s, "hello world");
+    let rows = e[0]["embedding"].as_array().unwrap();
+    assert_eq!(rows.len(), toks.len(), "one unnormalized vector per token");
+    let want = direct(&s, &[toks], gguf_models::Pooling::None);
+    let got: Vec<f32> = rows.iter().flat_map(floats).collect();
+    assert_eq!(got, want[0]);
+}
+
+#[test]
+fn rerank_scores_query_document_pairs() {
+    let s = start_with(bert, |c| c.pooling = Some("rank".into()));
+    let docs = ["hello world", "abc", "xyz 1"];
+    let (code, v) = s.post("/rerank", &json!({"query": "hello", "documents": docs, "top_n": 2}));
+    assert_eq!(code, 200, "{v}");
+    let res = v["results"].as_array().unwrap();
+    assert_eq!(res.len(), 2);
+    // each pair: [CLS] query [SEP] document [SEP] (WordPiece: add BOS and SEP, no EOS)
+    let p = s._dir.path().join("bert.gguf");
+    let f = gguf_format::GgufFile::open(&p).unwrap();
+    let tok = gguf_tokenizer::Tokenizer::from_gguf(f.metadata()).unwrap();
+    let pairs: Vec<Vec<u32>> =
+        docs.iter().map(|d| gguf_server::embed::rerank_tokens(&tok, None, "hello", d).unwrap()).collect();
+    let q = tok.encode("hello", true, true).unwrap();
+    assert_eq!(pairs[1][..q.len()], q[..], "[CLS] query [SEP] first");
+    let scores: Vec<f32> = direct(&s, &pairs, gguf_models::Pooling::Rank).iter().map(|v| v[0]).collect();
+    let mut order: Vec<usize> = (0..3).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    for (r, &i) in res.iter().zip(&order) {
+        assert_eq!(r["index"], i);
+        assert_eq!(r["relevance_score"].as_f64().unwrap() as f32, scores[i]);
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], pairs.iter().map(Vec::len).sum::<usize>());
+    // TEI's shape: `texts`, `score`, `return_text`
+    let (_, t) = s.post("/v1/rerank", &json!({"query": "hello", "texts": docs, "return_text": true}));
+    let t = t.as_array().unwrap();
+    assert_eq!(t.len(), 3);
+    assert_eq!(t[0]["text"], docs[order[0]]);
+    assert_eq!(t[0]["score"].as_f64().unwrap() as f32, scores[order[0]]);
+    for (body, want) in [
+        (json!({"documents": ["a"]}), "\"query\" must be provided"),
+        (json!({"query": 1, "documents": ["a"]}), "\"query\" must be a string"),
+        (json!({"query": "a", "documents": []}), "non-empty"),
+    ] {
+        let (code, e) = s.post("/rerank", &body);
+        assert_eq!(code, 400, "{body}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(want), "{body}: {e}");
+    }
+}
+
+#[test]
+fn a_generative_model_refuses_embeddings() {
+    let s = start(|_| {});
+    let (code, e) = s.post("/v1/embeddings", &json!({"input": "hello"}));
+    assert_eq!(code, 501, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("does not support embeddings"), "{e}");
+    let (code, _) = s.post("/rerank", &json!({"query": "a", "documents": ["b"]}));
+    assert_eq!(code, 501);
 }

@@ -297,6 +297,11 @@ impl Tokenizer {
     pub fn add_eos(&self) -> bool {
         self.vocab.add_eos
     }
+    /// Whether the vocabulary puts SEP between a pair's texts (`add_sep`: BERT-style
+    /// vocabularies; llama-server's rerank pairs).
+    pub fn add_sep(&self) -> bool {
+        self.vocab.add_sep
+    }
     /// A token's entry.
     pub fn token_data(&self, id: u32) -> Result<TokenData<'_>> {
         self.token(id)

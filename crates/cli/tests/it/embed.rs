@@ -83,6 +83,27 @@ fn embed_prints_one_normalized_vector_per_line() {
 }
 
 #[test]
+fn embed_joins_rank_pairs_as_llama_embedding() {
+    // "query<TAB>document" with pooling rank: the pieces joined by the added SEP's text
+    // (WordPiece adds SEP, not EOS), so the same tokens as writing [SEP] out
+    let d = tempfile::tempdir().unwrap();
+    let m = encoder(d.path(), "bert");
+    let m = m.to_str().unwrap();
+    let scores = |p: &str, extra: &[&str]| {
+        let mut a = vec!["embed", "-m", m, "-p", p, "--pooling", "rank", "--embd-normalize", "-1"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--embd-output-format", "json"]);
+        let o = gguf(&a);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        vectors(&o.stdout)
+    };
+    let pair = scores("hello\tworld 1", &[]);
+    assert_eq!(pair, scores("hello[SEP]world 1", &[]));
+    assert_ne!(pair, scores("hello world 1", &[]));
+    assert_eq!(pair, scores("hello|world 1", &["--cls-separator", "|"]));
+}
+
+#[test]
 fn embed_errors_are_named() {
     let d = tempfile::tempdir().unwrap();
     let m = encoder(d.path(), "bert");
