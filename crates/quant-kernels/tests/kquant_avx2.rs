@@ -267,17 +267,28 @@ fn vec_dots_agree_with_the_vnni_one_token_kernels() {
         else {
             return;
         };
-        let cols = 6 * 256;
-        let rows = 24;
-        let w = weights(&mut rng, ty, rows, cols);
-        let (_, xq, xrow) = acts(&mut rng, 1, cols);
-        let wrow = w.len() / rows;
-        let tl = Tile { n: cols, w: &w, w_stride: wrow, rows, x: &xq, x_stride: xrow, tokens: 1, ..probe(rows, 1) };
-        let mut yv = vec![0f32; rows];
-        (v.tile.unwrap())(&tl, &mut yv, rows);
-        for r in 0..rows {
-            let got = (a.vec_dot)(cols, &w[r * wrow..][..wrow], &xq[..xrow]);
-            assert_eq!(got.to_bits(), yv[r].to_bits(), "type {ty} row {r}: avx2 {got:e} vnni {:e}", yv[r]);
+        // q6_K: four rows at a time (`q6_k_one`), the leftover rows one by one
+        for (nb, rows) in [(6usize, 24usize), (1, 4), (3, 27), (2, 2), (9, 13)] {
+            let cols = nb * 256;
+            let w = weights(&mut rng, ty, rows, cols);
+            let (_, xq, xrow) = acts(&mut rng, 1, cols);
+            let wrow = w.len() / rows;
+            let tl = Tile { n: cols, w: &w, w_stride: wrow, rows, x: &xq, x_stride: xrow, tokens: 1, ..probe(rows, 1) };
+            let mut yv = vec![0f32; rows];
+            (v.tile.unwrap())(&tl, &mut yv, rows);
+            for r in 0..rows {
+                let got = (a.vec_dot)(cols, &w[r * wrow..][..wrow], &xq[..xrow]);
+                assert_eq!(
+                    got.to_bits(),
+                    yv[r].to_bits(),
+                    "type {ty} rows {rows} row {r}: avx2 {got:e} vnni {:e}",
+                    yv[r]
+                );
+                if ty == Q6_K {
+                    let twin = s::q6_k_vec_dot(&w[r * wrow..][..wrow], &xq[..xrow]);
+                    assert_eq!(twin.to_bits(), yv[r].to_bits(), "q6_K rows {rows} row {r}: twin {twin:e}");
+                }
+            }
         }
     }
 }

@@ -184,6 +184,35 @@ fn group_sums(k: &KDec, y: &[u8]) -> ([i32; 16], [i32; 16]) {
     (dot, bs)
 }
 
+/// One q6_K row · one Q8_K row in the arithmetic of ggml-cpu's AVX2
+/// `ggml_vec_dot_q6_K_q8_K` (what AVX2 and AVX-512 builds run for one token): per block
+/// eight i32 lanes, lane `l` the scaled `q·x` (q unsigned, 0–63) of elements `4l..4l+3` of
+/// every 32-element chunk minus `32·(bsum[2l]·sc[2l] + bsum[2l+1]·sc[2l+1])`, each lane then
+/// `fma(d·dx, lane, acc[l])`; at the end ggml's `hsum_float_8`. The twin of the VNNI
+/// one-token q6_K kernels.
+pub fn q6_k_vec_dot(w: &[u8], x: &[u8]) -> f32 {
+    let nb = (w.len() / 210).min(x.len() / Q8_K_BYTES);
+    let mut acc = [0f32; 8];
+    for ib in 0..nb {
+        let k = decode(Q6_K, &w[ib * 210..(ib + 1) * 210]);
+        let y = &x[ib * Q8_K_BYTES..(ib + 1) * Q8_K_BYTES];
+        let mut lanes = [0i32; 8];
+        for e in 0..256 {
+            lanes[(e % 32) / 4] += k.sc[e / 16] * (k.q[e] + 32) * y[4 + e] as i8 as i32;
+        }
+        for (l, v) in lanes.iter_mut().enumerate() {
+            let bs = |g: usize| i16_at(y, 260 + 2 * g) as i32;
+            *v -= 32 * (bs(2 * l) * k.sc[2 * l] + bs(2 * l + 1) * k.sc[2 * l + 1]);
+        }
+        let d = f32_at(y, 0) * k.d;
+        for (a, &v) in acc.iter_mut().zip(&lanes) {
+            *a = d.mul_add(v as f32, *a);
+        }
+    }
+    let s4: [f32; 4] = std::array::from_fn(|i| acc[4 + i] + acc[i]);
+    (s4[0] + s4[2]) + (s4[1] + s4[3])
+}
+
 /// One output of K type `type_id` along `path` (`Tiled` or `Repack`; `batched`: a token
 /// of the repacked 4-token gemm). Panics on `VecDot`, whose twin is the AVX2 `vec_dot`'s
 /// (`scalar::dots`, close but not bit-identical).

@@ -22,6 +22,7 @@ pub mod legacy_avx2;
 pub mod ops;
 pub mod q4_0x8;
 mod q4_k_one;
+mod q6_k_one;
 pub mod small_avx2;
 pub mod ternary;
 mod tiles;

@@ -1223,9 +1223,14 @@ macro_rules! k_tile {
                         t0 += 8;
                         continue;
                     }
-                    if mode == MODE_Q4 && !tiled && t.tokens - t0 == 1 && t0 >= bt {
-                        // one q4_K token: four rows at a time, the same arithmetic
-                        let done = super::q4_k_one::q4_k_one(w, ws, r, nb, x.add(t0 * xs), yp.add(t0 * y_stride));
+                    if (mode == MODE_Q4 || mode == MODE_Q6) && !tiled && t.tokens - t0 == 1 && t0 >= bt {
+                        // one q4_K / q6_K token: four rows at a time, the same arithmetic
+                        let (xt, yt) = (x.add(t0 * xs), yp.add(t0 * y_stride));
+                        let done = if mode == MODE_Q4 {
+                            super::q4_k_one::q4_k_one(w, ws, r, nb, xt, yt)
+                        } else {
+                            super::q6_k_one::q6_k_one(w, ws, r, nb, xt, yt)
+                        };
                         if done < r {
                             let (w, yp) = (w.add(done * ws), yp.add(done));
                             $imp::<1>(w, ws, r - done, nb, x, xs, bt, tiled, rep, t0, yp, y_stride);

@@ -1,0 +1,121 @@
+//! q6_K × one Q8_K token on AVX-512 VNNI, four weight rows at a time, in the arithmetic of
+//! ggml-cpu's AVX2 `ggml_vec_dot_q6_K_q8_K` (which an AVX-512 build runs): per block and
+//! row the eight i32 lanes `sumi[l] = Σ_chunks scale·(q·x over elements 4l..4l+3 of each
+//! 32-element chunk) − 32·(bsum[2l]·sc[2l] + bsum[2l+1]·sc[2l+1])`, then
+//! `acc = fma(d·dx, float(sumi), acc)` lane by lane and `hsum_float_8(acc)` at the end — the
+//! same float operations as the one-token path of `vnni::q6_k_imp`, so the same bits. The
+//! lanes' integers are exact whatever the order; here each 512-bit vector holds 64
+//! elements of a block (two 32-element chunks: lanes 0–7 the first, 8–15 the second,
+//! folded together), the weights unpacked 64 at a time (`ql` low / high nibbles with the
+//! `qh` bit pairs shifted per 256-bit half), products by `vpmaddubsw` (q ≤ 63: no
+//! saturation) times the 16-element scales by `vpdpwssd`.
+
+use core::arch::x86_64::*;
+
+use crate::scalar::act::Q8_K_BYTES;
+
+/// Bytes of a q6_K block: `ql` 128, `qh` 64, `scales` 16, `d` 2.
+const WB: usize = 210;
+
+/// Weight bytes ahead to prefetch per row.
+const PREFETCH: usize = 1024;
+
+/// `rows` q6_K rows (`nb` blocks each, `w_stride` bytes apart) · one Q8_K row `x`,
+/// results to `y[r]`. Returns the rows done (a multiple of 4); the rest is the caller's.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `rows` rows of `nb` blocks at `w`, `nb` Q8_K blocks at `x`,
+/// `rows` floats at `y`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn q6_k_one(
+    w: *const u8,
+    w_stride: usize,
+    rows: usize,
+    nb: usize,
+    x: *const u8,
+    y: *mut f32,
+) -> usize {
+    let m4 = _mm512_set1_epi8(0xF);
+    let m3 = _mm512_set1_epi8(3);
+    // per 16-bit lane: shift of the qh byte pair for the low (0 / 2) and high (4 / 6)
+    // nibbles, the first 256 bits being elements l, the second l + 32
+    let sh_lo = _mm512_inserti64x4::<1>(_mm512_set1_epi16(0), _mm256_set1_epi16(2));
+    let sh_hi = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(6));
+    // i16 pair lane j of the 64 elements starting at 64·k takes scale 4k + j/8
+    let sidx: [__m512i; 4] = core::array::from_fn(|k| {
+        let mut v = [0i16; 32];
+        for (j, s) in v.iter_mut().enumerate() {
+            *s = (4 * k + j / 8) as i16;
+        }
+        _mm512_loadu_si512(v.as_ptr() as *const __m512i)
+    });
+    let r4 = rows - rows % 4;
+    let mut r = 0;
+    while r < r4 {
+        // rows (0, 1) in acc[0], (2, 3) in acc[1]: lanes 0–7 the first row's, 8–15 the second's
+        let mut acc = [_mm512_setzero_ps(); 2];
+        for b in 0..nb {
+            let xb = x.add(b * Q8_K_BYTES);
+            let dx = (xb as *const f32).read_unaligned();
+            let xs: [__m512i; 4] = core::array::from_fn(|k| _mm512_loadu_si512(xb.add(4 + 64 * k) as *const __m512i));
+            let bsums = _mm256_loadu_si256(xb.add(4 + 256) as *const __m256i);
+            let mut sumi = [_mm256_setzero_si256(); 4];
+            let mut d = [0f32; 4];
+            for (i, s) in sumi.iter_mut().enumerate() {
+                let wb = w.add((r + i) * w_stride + b * WB);
+                for line in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH + 64 * line) as *const i8);
+                }
+                let sc8 = _mm_loadu_si128(wb.add(192) as *const __m128i);
+                let sc16 = _mm256_cvtepi8_epi16(sc8);
+                let s16 = _mm512_castsi256_si512(sc16);
+                let mut lanes = _mm512_setzero_si512();
+                for half in 0..2 {
+                    let ql = _mm512_loadu_si512(wb.add(64 * half) as *const __m512i);
+                    let qh = _mm256_loadu_si256(wb.add(128 + 32 * half) as *const __m256i);
+                    let qh2 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), qh);
+                    let hl = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh_lo), m3));
+                    let hh = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh_hi), m3));
+                    let q = [
+                        _mm512_or_si512(_mm512_and_si512(ql, m4), hl),
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hh),
+                    ];
+                    for (k2, q) in q.iter().enumerate() {
+                        let k = 2 * half + k2;
+                        let p = _mm512_maddubs_epi16(*q, xs[k]);
+                        lanes = _mm512_dpwssd_epi32(lanes, p, _mm512_permutexvar_epi16(sidx[k], s16));
+                    }
+                }
+                let folded = _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64::<1>(lanes));
+                let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
+                *s = _mm256_sub_epi32(folded, corr);
+                let dw = _mm_cvtph_ps(_mm_cvtsi32_si128((wb.add(208) as *const u16).read_unaligned() as i32));
+                d[i] = dx * _mm_cvtss_f32(dw);
+            }
+            for p in 0..2 {
+                let si = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(sumi[2 * p]), sumi[2 * p + 1]);
+                let dv = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_castps_si256(_mm256_set1_ps(d[2 * p]))),
+                    _mm256_castps_si256(_mm256_set1_ps(d[2 * p + 1])),
+                );
+                acc[p] = _mm512_fmadd_ps(_mm512_castsi512_ps(dv), _mm512_cvtepi32_ps(si), acc[p]);
+            }
+        }
+        for p in 0..2 {
+            for h in 0..2 {
+                let v = if h == 0 {
+                    _mm512_castps512_ps256(acc[p])
+                } else {
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[p])))
+                };
+                // ggml's hsum_float_8
+                let mut s = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
+                s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                *y.add(r + 2 * p + h) = _mm_cvtss_f32(s);
+            }
+        }
+        r += 4;
+    }
+    r4
+}
