@@ -290,7 +290,9 @@ impl GateUp {
         }
     }
 
-    /// Expert `e`'s gate and up outputs for the `m` rows of `x` into `g` and `u`.
+    /// Expert `e`'s gate and up outputs for the `m` rows of `x` into `g` and `u` (`gu`:
+    /// scratch of the fused product).
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         pass: &Pass<'_>,

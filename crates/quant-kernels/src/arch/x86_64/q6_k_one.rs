@@ -101,12 +101,12 @@ pub(super) unsafe fn q6_k_one(
                 acc[p] = _mm512_fmadd_ps(_mm512_castsi512_ps(dv), _mm512_cvtepi32_ps(si), acc[p]);
             }
         }
-        for p in 0..2 {
+        for (p, a) in acc.iter().enumerate() {
             for h in 0..2 {
                 let v = if h == 0 {
-                    _mm512_castps512_ps256(acc[p])
+                    _mm512_castps512_ps256(*a)
                 } else {
-                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[p])))
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)))
                 };
                 // ggml's hsum_float_8
                 let mut s = _mm_add_ps(_mm256_extractf128_ps::<1>(v), _mm256_castps256_ps128(v));
