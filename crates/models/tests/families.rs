@@ -1695,20 +1695,23 @@ fn granitehybrid_carries_its_recurrent_state_across_calls() {
         let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
         assert!(all.iter().all(|x| x.is_finite()));
         assert_eq!(st.n_past(), tokens.len());
-        // conv state (3 inputs of 256 channels) and SSM state (128 × 64) per Mamba-2 layer,
-        // plus the F16 KV cache of the attention layer
-        assert_eq!(st.cache_bytes(), 2 * 4 * (3 * 256 + 128 * 64) + 2 * 64 * 32 * 2);
+        // conv state (3 inputs of 384 channels: x 128, B and C 2 × 2 × 64) and SSM state
+        // (128 × 64) per Mamba-2 layer, plus the F16 KV cache of the attention layer
+        assert_eq!(st.cache_bytes(), 2 * 4 * (3 * 384 + 128 * 64) + 2 * 64 * 32 * 2);
+        // the same tokens in ubatches of 3 and 1, and one call per token: the states carry
+        // the sequence (one-row products take other kernels than a batch's: last bits only)
+        let max_diff = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         for ub in [3, 1] {
             let mut st = qwen35_state(model.as_ref(), ub);
             let got = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
-            assert!(!rows_differ(&all, &got), "moe {moe} ubatch {ub}");
-            let mut st = qwen35_state(model.as_ref(), 512);
-            let mut last = Vec::new();
-            for &t in &tokens {
-                last = model.forward(st.as_mut(), &[t], Logits::Last).unwrap();
-            }
-            assert!(!rows_differ(&all[(tokens.len() - 1) * v..], &last));
+            assert!(max_diff(&all, &got) <= 1e-3, "moe {moe} ubatch {ub}");
         }
+        let mut st1 = qwen35_state(model.as_ref(), 512);
+        let mut last = Vec::new();
+        for &t in &tokens {
+            last = model.forward(st1.as_mut(), &[t], Logits::Last).unwrap();
+        }
+        assert!(max_diff(&all[(tokens.len() - 1) * v..], &last) <= 1e-3, "moe {moe}");
         // the recurrent layers remember: changing token 0 changes the last position
         let mut other = tokens;
         other[0] = 4;
