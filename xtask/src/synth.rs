@@ -387,6 +387,13 @@ pub enum Feature {
     /// routed experts (with `exp_probs_b.bias` under a sigmoid router) and
     /// `expert_shared_count` shared experts.
     Deepseek2,
+    /// Granite 4.0-H's layers (`write_granite_hybrid_layer`): Mamba-2 mixers where the
+    /// family's `attention.head_count_kv` array says 0 (`ssm_in`, `ssm_conv1d` + bias,
+    /// `ssm_dt.bias`, `ssm_a`, `ssm_d`, `ssm_norm`, `ssm_out`, shaped by the `ssm.*` keys),
+    /// plain GQA attention elsewhere; `ffn_norm`, then a SwiGLU FFN or (with experts)
+    /// routed experts of `feed_forward_length` and the `expert_shared_feed_forward_length`
+    /// shared expert.
+    GraniteHybrid,
 }
 
 /// One family's synthetic file: a real model's head (and expert) layout, 2–4 layers, its
@@ -857,6 +864,79 @@ pub const FAMILIES: &[Family] = &[
         ],
     },
     Family {
+        name: "granitehybrid",
+        arch: "granitehybrid",
+        layout: "granite-4.0-h-micro (2048 wide; Mamba-2 64 heads of 64 (d_inner 4096), d_state 128, 1 group, \
+                 conv 4, on layers 0, 1 and 3 of 4; attention 32 heads / 8 KV heads of 64 without rope on layer 2; \
+                 dense FFN 8192; multipliers: embedding 12, residual 0.22, attention 1/64, logits 1/8; tied \
+                 output), refact (StarCoder BPE) vocab",
+        moe: false,
+        vocab: VocabSource::Fixture("refact"),
+        n_layer: 4,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 8192,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        ctx: 1_048_576,
+        features: &[Feature::GraniteHybrid],
+        kv: &[
+            ("attention.head_count_kv", Kv::I32s(&[0, 0, 8, 0])),
+            ("ssm.conv_kernel", Kv::U32(4)),
+            ("ssm.state_size", Kv::U32(128)),
+            ("ssm.group_count", Kv::U32(1)),
+            ("ssm.time_step_rank", Kv::U32(64)),
+            ("ssm.inner_size", Kv::U32(4096)),
+            ("rope.scaling.finetuned", Kv::Bool(false)),
+            ("embedding_scale", Kv::F32(12.0)),
+            ("residual_scale", Kv::F32(0.22)),
+            ("attention.scale", Kv::F32(0.015625)),
+            ("logit_scale", Kv::F32(8.0)),
+        ],
+    },
+    Family {
+        name: "granitehybrid-moe",
+        arch: "granitehybrid",
+        layout: "granite-4.0-h-tiny (1536 wide; Mamba-2 48 heads of 64 (d_inner 3072), d_state 128, 1 group, conv 4, \
+                 on layers 0, 1 and 3 of 4; attention 12 heads / 4 KV heads of 128 without rope on layer 2; 6 of 32 \
+                 experts instead of 64, expert FFN 512, shared expert FFN 1024; multipliers: embedding 12, residual \
+                 0.22, attention 1/128, logits 1/6; tied output), refact (StarCoder BPE) vocab",
+        moe: true,
+        vocab: VocabSource::Fixture("refact"),
+        n_layer: 4,
+        n_embd: 1536,
+        n_head: 12,
+        n_head_kv: 4,
+        head_dim: 128,
+        n_ff: 512,
+        n_expert: 32,
+        n_expert_used: 6,
+        n_ff_exp: 512,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        ctx: 1_048_576,
+        features: &[Feature::GraniteHybrid],
+        kv: &[
+            ("attention.head_count_kv", Kv::I32s(&[0, 0, 4, 0])),
+            ("ssm.conv_kernel", Kv::U32(4)),
+            ("ssm.state_size", Kv::U32(128)),
+            ("ssm.group_count", Kv::U32(1)),
+            ("ssm.time_step_rank", Kv::U32(48)),
+            ("ssm.inner_size", Kv::U32(3072)),
+            ("rope.scaling.finetuned", Kv::Bool(false)),
+            ("expert_shared_feed_forward_length", Kv::U32(1024)),
+            ("embedding_scale", Kv::F32(12.0)),
+            ("residual_scale", Kv::F32(0.22)),
+            ("attention.scale", Kv::F32(0.0078125)),
+            ("logit_scale", Kv::F32(6.0)),
+        ],
+    },
+    Family {
         name: "olmo2",
         arch: "olmo2",
         layout: "OLMo-2-0425-1B (2048 wide, 16 heads / 16 KV heads of 128, FFN 8192, rope base 5e5, post-norms only, \
@@ -1251,6 +1331,10 @@ pub fn write_family_types(
             write_deepseek2_layer(&mut b, &mut types, fam, il)?;
             continue;
         }
+        if fam.has(Feature::GraniteHybrid) {
+            write_granite_hybrid_layer(&mut b, &mut types, fam, il)?;
+            continue;
+        }
         if !fam.has(Feature::NoPreNorms) {
             b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
         }
@@ -1519,6 +1603,64 @@ fn write_deepseek2_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Famil
     b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_up_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
     b.tensor(&p("ffn_down_shexp.weight"), &[fs, e], types.next(fs), 0.0, s(fs))?;
+    Ok(())
+}
+
+/// A [`Feature::GraniteHybrid`] layer (`llama_model_granite_hybrid::load_arch_tensors`):
+/// a Mamba-2 mixer or an attention, `ffn_norm`, then the dense or MoE (+ shared) FFN.
+fn write_granite_hybrid_layer(b: &mut Builder<'_>, types: &mut TypeCycle, fam: &Family, il: usize) -> Result<()> {
+    let p = |x: &str| format!("blk.{il}.{x}");
+    let e = fam.n_embd;
+    let s = |fan_in: u64| 1.0 / (fan_in as f64).sqrt();
+    let kv_heads = fam_per_layer(fam, "attention.head_count_kv")?[il];
+    b.tensor(&p("attn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if kv_heads == 0 {
+        let (d_conv, ds, ng, nh, di) = (
+            fam_u32(fam, "ssm.conv_kernel")?,
+            fam_u32(fam, "ssm.state_size")?,
+            fam_u32(fam, "ssm.group_count")?,
+            fam_u32(fam, "ssm.time_step_rank")?,
+            fam_u32(fam, "ssm.inner_size")?,
+        );
+        let ch = di + 2 * ng * ds;
+        b.tensor(&p("ssm_in.weight"), &[e, di + ch + nh], types.next(e), 0.0, s(e))?;
+        // the converter keeps the conv kernel and bias, dt bias, A, D and the norm in F32
+        b.tensor(&p("ssm_conv1d.weight"), &[d_conv, ch], "f32", 0.0, 0.5)?;
+        b.tensor(&p("ssm_conv1d.bias"), &[ch], "f32", 0.0, 0.1)?;
+        // dt bias = softplus⁻¹(dt), dt = exp U(log 1e-3, log 0.1) in the reference init
+        let dt: Vec<f32> = (0..nh)
+            .map(|_| {
+                let dt = (1e-3f64.ln() + b.rng.uniform() * (0.1f64.ln() - 1e-3f64.ln())).exp();
+                (dt + (-(-dt).exp_m1()).ln()) as f32
+            })
+            .collect();
+        b.tensor_data(&p("ssm_dt.bias"), &[nh], &dt)?;
+        // ssm_a = −exp(A_log), A_log = log U(1, 16) in the reference init: −1 … −16
+        let a: Vec<f32> = (0..nh).map(|_| -(1.0 + 15.0 * b.rng.uniform()) as f32).collect();
+        b.tensor_data(&p("ssm_a"), &[1, nh], &a)?;
+        b.tensor(&p("ssm_d"), &[1, nh], "f32", 1.0, 0.1)?;
+        b.tensor(&p("ssm_norm.weight"), &[di / ng, ng], "f32", 1.0, 0.1)?;
+        b.tensor(&p("ssm_out.weight"), &[di, e], types.next(di), 0.0, s(di))?;
+    } else {
+        let (q, kv) = (fam.n_head * fam.head_dim, kv_heads * fam.head_dim);
+        b.tensor(&p("attn_q.weight"), &[e, q], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_k.weight"), &[e, kv], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_v.weight"), &[e, kv], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("attn_output.weight"), &[q, e], types.next(q), 0.0, s(q))?;
+    }
+    b.tensor(&p("ffn_norm.weight"), &[e], "f32", 1.0, 0.1)?;
+    if fam.n_expert > 0 {
+        routed_experts(b, types, &p, fam)?;
+        let fs = fam_u32(fam, "expert_shared_feed_forward_length")?;
+        b.tensor(&p("ffn_gate_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_up_shexp.weight"), &[e, fs], types.next(e), 0.0, s(e))?;
+        b.tensor(&p("ffn_down_shexp.weight"), &[fs, e], types.next(fs), 0.0, s(fs))?;
+        return Ok(());
+    }
+    let f = fam.n_ff;
+    b.tensor(&p("ffn_gate.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_up.weight"), &[e, f], types.next(e), 0.0, s(e))?;
+    b.tensor(&p("ffn_down.weight"), &[f, e], types.next(f), 0.0, s(f))?;
     Ok(())
 }
 

@@ -926,6 +926,7 @@ fn every_family_is_registered_once() {
         "phi3",
         "qwen35",
         "qwen35moe",
+        "granitehybrid",
         "gemma4",
         "gpt-oss",
         "mistral3",
@@ -1650,4 +1651,251 @@ fn encoder_bad_input_is_named() {
         let e = with.encoder().unwrap().embed(&pool, &[seq, bad], Pooling::Mean).unwrap_err().to_string();
         assert!(e.contains(want), "{e}");
     }
+}
+
+// ---- granitehybrid ----
+
+/// A 3-layer granitehybrid file (64 wide; Mamba-2 4 heads of 32 (d_inner 128), d_state
+/// 64, 2 groups, conv 4, on layers 0 and 2; attention 4 heads / 2 KV heads of 16 on layer
+/// 1; FFN 96 — or, with `moe`, 4 experts (2 used) of 96 and a shared expert of 48; 50
+/// tokens): `skip` leaves a tensor out, `extra` adds (or replaces) keys, `dims` overrides
+/// shapes.
+fn granite_hybrid_file(
+    path: &std::path::Path,
+    moe: bool,
+    skip: Option<&str>,
+    extra: &[(&str, Value)],
+    dims: &[(&str, Vec<u64>)],
+) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+    let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
+    let (d_conv, di, ds, ng, nsh) = (4u64, 128u64, 64u64, 2u64, 4u64);
+    let ch = di + 2 * ng * ds;
+    let arch = "granitehybrid";
+    let mut w = gguf_format::GgufWriter::new();
+    w.add_kv("general.architecture", arch);
+    for (k, v) in [
+        ("block_count", 3),
+        ("embedding_length", e),
+        ("feed_forward_length", ff),
+        ("attention.head_count", nh),
+        ("context_length", 256),
+        ("ssm.conv_kernel", d_conv),
+        ("ssm.state_size", ds),
+        ("ssm.group_count", ng),
+        ("ssm.time_step_rank", nsh),
+        ("ssm.inner_size", di),
+    ] {
+        w.add_kv(&format!("{arch}.{k}"), v as u32);
+    }
+    w.add_kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-6f32);
+    w.add_kv(&format!("{arch}.attention.head_count_kv"), gguf_format::Array::I32(vec![0, nkv as i32, 0]));
+    w.add_kv(&format!("{arch}.rope.scaling.finetuned"), false);
+    if moe {
+        w.add_kv(&format!("{arch}.expert_count"), 4u32);
+        w.add_kv(&format!("{arch}.expert_used_count"), 2u32);
+        w.add_kv(&format!("{arch}.expert_shared_feed_forward_length"), 48u32);
+    }
+    for (k, v) in extra {
+        w.add_kv(k, v.clone());
+    }
+    let mut rand_vec =
+        |n: u64, mean: f32| -> Vec<f32> { (0..n).map(|_| mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
+    let mut put = |name: &str, shape: &[u64], mean: f32| {
+        let shape = dims.iter().find(|(n, _)| *n == name).map_or(shape.to_vec(), |(_, d)| d.clone());
+        let v = rand_vec(shape.iter().product(), mean);
+        if skip != Some(name) {
+            w.add_tensor_owned(name, &shape, 0, v.iter().flat_map(|x| x.to_le_bytes()).collect()).unwrap();
+        }
+    };
+    put("token_embd.weight", &[e, nv], 0.0);
+    for il in 0..3 {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        put(&p("attn_norm.weight"), &[e], 1.0);
+        if il != 1 {
+            put(&p("ssm_in.weight"), &[e, di + ch + nsh], 0.0);
+            put(&p("ssm_conv1d.weight"), &[d_conv, ch], 0.0);
+            put(&p("ssm_conv1d.bias"), &[ch], 0.0);
+            put(&p("ssm_dt.bias"), &[nsh], 0.0);
+            put(&p("ssm_a"), &[1, nsh], -2.0);
+            put(&p("ssm_d"), &[1, nsh], 1.0);
+            put(&p("ssm_norm.weight"), &[di / ng, ng], 1.0);
+            put(&p("ssm_out.weight"), &[di, e], 0.0);
+        } else {
+            put(&p("attn_q.weight"), &[e, nh * hd], 0.0);
+            put(&p("attn_k.weight"), &[e, nkv * hd], 0.0);
+            put(&p("attn_v.weight"), &[e, nkv * hd], 0.0);
+            put(&p("attn_output.weight"), &[nh * hd, e], 0.0);
+        }
+        put(&p("ffn_norm.weight"), &[e], 1.0);
+        if moe {
+            put(&p("ffn_gate_inp.weight"), &[e, 4], 0.0);
+            put(&p("ffn_gate_exps.weight"), &[e, ff, 4], 0.0);
+            put(&p("ffn_up_exps.weight"), &[e, ff, 4], 0.0);
+            put(&p("ffn_down_exps.weight"), &[ff, e, 4], 0.0);
+            put(&p("ffn_gate_shexp.weight"), &[e, 48], 0.0);
+            put(&p("ffn_up_shexp.weight"), &[e, 48], 0.0);
+            put(&p("ffn_down_shexp.weight"), &[48, e], 0.0);
+        } else {
+            put(&p("ffn_gate.weight"), &[e, ff], 0.0);
+            put(&p("ffn_up.weight"), &[e, ff], 0.0);
+            put(&p("ffn_down.weight"), &[ff, e], 0.0);
+        }
+    }
+    put("output_norm.weight", &[e], 1.0);
+    w.write_to_path(path).unwrap();
+}
+
+fn granite_hybrid_model(moe: bool, extra: &[(&str, Value)]) -> (tempfile::TempDir, Box<dyn gguf_models::Model>) {
+    let (d, p) = tmp("granitehybrid.gguf");
+    granite_hybrid_file(&p, moe, None, extra, &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    (d, model)
+}
+
+#[test]
+fn granitehybrid_carries_its_recurrent_state_across_calls() {
+    for moe in [false, true] {
+        let (_d, model) = granite_hybrid_model(moe, &[]);
+        assert_eq!(model.arch(), "granitehybrid");
+        let desc = model.describe();
+        assert!(desc.contains("3 layers (2 Mamba-2, 1 attention)") && desc.contains("no rope"), "{desc}");
+        assert!(desc.contains("4 heads of 32, d_state 64, 2 group(s), conv 4"), "{desc}");
+        if moe {
+            assert!(desc.contains("4 experts (2 used) of 96 and a shared expert of 48"), "{desc}");
+        }
+        let v = model.n_vocab();
+        let tokens = [3u32, 14, 15, 9, 26, 5, 35, 8];
+        let mut st = qwen35_state(model.as_ref(), 512);
+        let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+        assert!(all.iter().all(|x| x.is_finite()));
+        assert_eq!(st.n_past(), tokens.len());
+        // conv state (3 inputs of 384 channels: x 128, B and C 2 × 2 × 64) and SSM state
+        // (128 × 64) per Mamba-2 layer, plus the F16 KV cache of the attention layer
+        assert_eq!(st.cache_bytes(), 2 * 4 * (3 * 384 + 128 * 64) + 2 * 64 * 32 * 2);
+        // the same tokens in ubatches of 3 and 1, and one call per token: the states carry
+        // the sequence (one-row products take other kernels than a batch's: last bits only)
+        let max_diff = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        for ub in [3, 1] {
+            let mut st = qwen35_state(model.as_ref(), ub);
+            let got = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+            assert!(max_diff(&all, &got) <= 1e-3, "moe {moe} ubatch {ub}");
+        }
+        let mut st1 = qwen35_state(model.as_ref(), 512);
+        let mut last = Vec::new();
+        for &t in &tokens {
+            last = model.forward(st1.as_mut(), &[t], Logits::Last).unwrap();
+        }
+        assert!(max_diff(&all[(tokens.len() - 1) * v..], &last) <= 1e-3, "moe {moe}");
+        // the recurrent layers remember: changing token 0 changes the last position
+        let mut other = tokens;
+        other[0] = 4;
+        let mut st2 = qwen35_state(model.as_ref(), 512);
+        let changed = model.forward(st2.as_mut(), &other, Logits::All).unwrap();
+        assert!(rows_differ(&all[7 * v..], &changed[7 * v..]));
+        // causal: a later token does not change earlier logits
+        let mut later = tokens;
+        later[7] = 1;
+        let mut st3 = qwen35_state(model.as_ref(), 512);
+        let c = model.forward(st3.as_mut(), &later, Logits::All).unwrap();
+        assert_eq!(all[..7 * v], c[..7 * v]);
+        // no roll-back: truncating forgets the sequence, the next forward starts it again
+        st.truncate(5);
+        assert_eq!(st.n_past(), 0);
+        let again = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+        assert_eq!(again, all);
+    }
+}
+
+#[test]
+fn granitehybrid_multipliers_act_where_llama_cpp_applies_them() {
+    let tokens = [7u32, 1, 30, 22, 4];
+    let run = |extra: &[(&str, Value)]| {
+        let (_d, model) = granite_hybrid_model(false, extra);
+        let mut st = qwen35_state(model.as_ref(), 512);
+        model.forward(st.as_mut(), &tokens, Logits::All).unwrap()
+    };
+    let plain = run(&[]);
+    // logit_scale 8: every logit divided by 8 (a power of two: exact)
+    let scaled = run(&[("granitehybrid.logit_scale", Value::F32(8.0))]);
+    assert_eq!(scaled, plain.iter().map(|x| x * 0.125).collect::<Vec<_>>());
+    // 0 means "not set", as in llama.cpp
+    assert_eq!(run(&[("granitehybrid.residual_scale", Value::F32(0.0))]), plain);
+    for (key, value) in [
+        ("granitehybrid.residual_scale", Value::F32(0.22)),
+        ("granitehybrid.embedding_scale", Value::F32(12.0)),
+        ("granitehybrid.attention.scale", Value::F32(0.015625)),
+        ("granitehybrid.rope.scaling.finetuned", Value::Bool(true)),
+    ] {
+        assert!(rows_differ(&run(&[(key, value)]), &plain), "{key} had no effect");
+    }
+}
+
+#[test]
+fn granitehybrid_bad_input_is_named() {
+    let (_d, p) = tmp("granitehybrid.gguf");
+    let load_err = |p: &std::path::Path| gguf_models::load(p).err().expect("must not load").to_string();
+    for name in [
+        "blk.0.ssm_a",
+        "blk.0.ssm_d",
+        "blk.2.ssm_conv1d.weight",
+        "blk.0.ssm_dt.bias",
+        "blk.2.ssm_norm.weight",
+        "blk.0.ssm_in.weight",
+        "blk.2.ssm_out.weight",
+        "blk.1.attn_k.weight",
+        "blk.1.ffn_norm.weight",
+    ] {
+        granite_hybrid_file(&p, false, Some(name), &[], &[]);
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    granite_hybrid_file(&p, true, Some("blk.1.ffn_up_shexp.weight"), &[], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("blk.1.ffn_up_shexp.weight"), "{err}");
+    // the conv bias is optional (llama.cpp: TENSOR_NOT_REQUIRED)
+    granite_hybrid_file(&p, false, Some("blk.0.ssm_conv1d.bias"), &[], &[]);
+    assert!(gguf_models::load(&p).is_ok());
+    // inconsistent shapes: the conv kernel over the wrong channels, ssm_in without dt rows,
+    // the norm's groups
+    for (name, shape) in [
+        ("blk.0.ssm_conv1d.weight", vec![4, 128]),
+        ("blk.2.ssm_in.weight", vec![64, 512]),
+        ("blk.0.ssm_norm.weight", vec![128]),
+    ] {
+        granite_hybrid_file(&p, false, None, &[], &[(name, shape)]);
+        let err = load_err(&p);
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    // widths that do not fit: d_inner not a multiple of the heads, groups that do not divide
+    // the heads, an expansion other than 2, a conv of one tap
+    for (key, value) in [
+        ("ssm.time_step_rank", 3u32),
+        ("ssm.group_count", 3),
+        ("ssm.inner_size", 192),
+        ("ssm.conv_kernel", 1),
+        ("ssm.state_size", 0),
+    ] {
+        let k = format!("granitehybrid.{key}");
+        granite_hybrid_file(&p, false, None, &[(k.as_str(), Value::U32(value))], &[]);
+        let err = load_err(&p);
+        let want = if key == "ssm.time_step_rank" { "granitehybrid.ssm.inner_size" } else { k.as_str() };
+        assert!(err.contains(want), "{key}: {err}");
+    }
+    // a required key missing
+    for key in ["ssm.state_size", "ssm.group_count", "attention.head_count_kv"] {
+        granite_hybrid_file(&p, false, None, &[], &[]);
+        let f = gguf_format::GgufFile::open(&p).unwrap();
+        let mut w = gguf_format::GgufWriter::from_file(&f).unwrap();
+        w.metadata_mut().remove(&format!("granitehybrid.{key}"));
+        let (_d2, p2) = tmp("k.gguf");
+        w.write_to_path(&p2).unwrap();
+        let err = load_err(&p2);
+        assert!(err.contains(&format!("granitehybrid.{key}")), "{key}: {err}");
+    }
+    // a multiplier that is not a number
+    granite_hybrid_file(&p, false, None, &[("granitehybrid.residual_scale", Value::F32(f32::NAN))], &[]);
+    let err = load_err(&p);
+    assert!(err.contains("granitehybrid.residual_scale"), "{err}");
 }

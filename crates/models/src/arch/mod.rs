@@ -10,6 +10,7 @@ mod gemma4;
 mod glm4moe;
 mod gpt_oss;
 mod granite;
+mod granite_hybrid;
 mod lfm2;
 mod llama;
 mod mistral3;

@@ -3,7 +3,8 @@
 //! with its optional bias), [`Attention`] (Q/K/V projections, QK-norm, rope, the KV cache
 //! and llama.cpp's flash-attention arithmetic, the output projection) and [`attend`] (just
 //! the attention over the cache, for a family with projections of its own), [`Mla`]
-//! (DeepSeek's multi-head latent attention over a compressed cache row), the FFNs
+//! (DeepSeek's multi-head latent attention over a compressed cache row), [`Mamba2`] (the
+//! Mamba-2 selective-state-space mixer), the FFNs
 //! ([`GatedFfn`], [`Moe`], [`Ffn`]) and [`Embedding`].
 //!
 //! Every block computes what the matching part of llama.cpp's graph computes, in the same
@@ -33,6 +34,7 @@ mod attention;
 mod delta_net;
 mod ffn;
 mod linear;
+mod mamba2;
 mod mla;
 mod norm;
 
@@ -48,6 +50,7 @@ pub use delta_net::{
 };
 pub use ffn::{mask_groups, Activation, Experts, Ffn, FfnScratch, GateUp, GatedFfn, Gating, Moe};
 pub use linear::{Embedding, Linear};
+pub use mamba2::{group_rms_norm, ssm_scan_head, Mamba2, Mamba2Dims, Mamba2Scratch};
 pub use mla::{Mla, MlaDims, MlaScratch};
 pub use norm::{layer_norm_row, LayerNorm, RmsNorm};
 
