@@ -34,6 +34,7 @@ mod arch;
 pub mod blocks;
 mod error;
 pub mod hparams;
+mod hybrid_state;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;

@@ -220,31 +220,28 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         cfg.model.file_name().map_or_else(|| cfg.model.display().to_string(), |n| n.to_string_lossy().into_owned())
     });
     let pooling = cfg.pooling.as_deref().map(gguf_models::Pooling::parse).transpose()?;
-    if model.encoder().is_some() {
+    let (backend, n_vocab, n_ctx_train) = if model.encoder().is_some() {
         let rerank = md.get_str("tokenizer.chat_template.rerank").map(str::to_string);
         let e = Embedder::new(model, pooling, cfg.n_threads, rerank)?;
         eprintln!("model: an encoder, pooling `{}`, inputs up to {} tokens", e.pooling.name(), e.n_ctx);
-        let (n_vocab, n_ctx_train) = (tok.n_vocab(), e.n_ctx);
-        return Ok(Ready {
-            vocab: OnceLock::new(),
-            backend: Backend::Embed(e),
-            bos,
-            eos,
-            tok,
-            template,
-            model_id,
-            n_vocab,
-            n_ctx_train,
-            constraints,
-        });
-    }
-    if pooling.is_some() {
-        return Err(Error::Invalid(format!(
-            "--pooling applies to embedding models; `{}` is generative ({})",
-            model_id,
-            model.arch()
-        )));
-    }
+        let n_ctx = e.n_ctx;
+        (Backend::Embed(e), tok.n_vocab(), n_ctx)
+    } else {
+        if pooling.is_some() {
+            return Err(Error::Invalid(format!(
+                "--pooling applies to embedding models; `{}` is generative ({})",
+                model_id,
+                model.arch()
+            )));
+        }
+        let (n_vocab, n_ctx_train) = (model.n_vocab(), model.n_ctx_train());
+        (Backend::Generate(start_engine(cfg, model, &tok)?), n_vocab, n_ctx_train)
+    };
+    Ok(Ready { vocab: OnceLock::new(), backend, bos, eos, tok, template, model_id, n_vocab, n_ctx_train, constraints })
+}
+
+/// The generation engine over `model`: `-np` slots splitting `-c` (or sharing it, `-kvu`).
+fn start_engine(cfg: &Config, model: Box<dyn gguf_models::Model>, tok: &Arc<Tokenizer>) -> Result<Engine, Error> {
     let n_parallel = cfg.n_parallel.max(1);
     let n_ctx_total = if cfg.n_ctx == 0 { model.n_ctx_train() } else { cfg.n_ctx };
     let n_ctx_slot = if cfg.kv_unified {
@@ -264,7 +261,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
         queue_size: cfg.queue_size,
         kv_unified: cfg.kv_unified.then_some(n_ctx_total.max(1)),
     };
-    let (n_vocab, n_ctx_train) = (model.n_vocab(), model.n_ctx_train());
+    let n_vocab = model.n_vocab();
     if tok.n_vocab() > n_vocab {
         return Err(Error::Invalid(format!(
             "the tokenizer has {} tokens but the model's output has only {n_vocab} rows",
@@ -277,19 +274,7 @@ fn load(cfg: &Config, constraints: Option<Arc<ConstraintMaker>>) -> Result<Ready
     } else {
         eprintln!("slots: {n_parallel} × {n_ctx_slot} tokens of context");
     }
-    let engine = Engine::start(model, tok.clone(), &opts)?;
-    Ok(Ready {
-        vocab: OnceLock::new(),
-        backend: Backend::Generate(engine),
-        bos,
-        eos,
-        tok,
-        template,
-        model_id,
-        n_vocab,
-        n_ctx_train,
-        constraints,
-    })
+    Engine::start(model, tok.clone(), &opts)
 }
 
 /// Runs the server until SIGTERM / Ctrl-C: binds first (so `/health` answers 503 while

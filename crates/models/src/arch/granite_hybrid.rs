@@ -27,6 +27,7 @@ use crate::blocks::{
     Mamba2Dims, Mamba2Scratch, Moe, Pass, RecurrentState, RmsNorm, RowLayout, SeqKv, SeqRs,
 };
 use crate::hparams::Hparams;
+use crate::hybrid_state::HybridState;
 use crate::kv_cache::KvCache;
 use crate::loader::Loader;
 use crate::model::{Logits, Model, State, StateOptions};
@@ -215,45 +216,6 @@ impl GraniteHybrid {
     }
 }
 
-/// Inference state of a [`GraniteHybrid`] model: the attention layers' KV cache and the
-/// Mamba-2 layers' recurrent states.
-pub struct GraniteHybridState {
-    kv: KvCache,
-    rs: Vec<RecurrentState>,
-    n_past: usize,
-    n_ubatch: usize,
-    pool: Arc<Pool>,
-    observer: Option<Arc<dyn crate::model::Observer>>,
-}
-
-impl State for GraniteHybridState {
-    fn set_observer(&mut self, observer: Option<Arc<dyn crate::model::Observer>>) -> bool {
-        self.observer = observer;
-        true
-    }
-    fn n_past(&self) -> usize {
-        self.n_past
-    }
-    fn n_ctx(&self) -> usize {
-        self.kv.n_ctx
-    }
-    /// A recurrent state cannot be rolled back: to fewer tokens than held, it forgets all.
-    fn truncate(&mut self, n: usize) {
-        if n < self.n_past {
-            self.n_past = 0;
-            for s in &mut self.rs {
-                s.clear();
-            }
-        }
-    }
-    fn cache_bytes(&self) -> usize {
-        self.kv.bytes() + self.rs.iter().map(RecurrentState::bytes).sum::<usize>()
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-}
-
 #[derive(Default)]
 struct Buffers {
     h: Vec<f32>,
@@ -266,7 +228,7 @@ struct Buffers {
 
 impl GraniteHybrid {
     /// One ubatch of one sequence through every layer; the logits asked for.
-    fn run_ubatch(&self, st: &mut GraniteHybridState, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
+    fn run_ubatch(&self, st: &mut HybridState, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
         let n = tokens.len();
         let pool = st.pool.clone();
         let observer = st.observer.clone();
@@ -383,25 +345,12 @@ impl Model for GraniteHybrid {
         crate::kv_cache::check_head_widths(opts.cache_type_k, opts.cache_type_v, hp.head_k, hp.head_v)?;
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); self.n_attn];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
-        let threads = opts.n_threads.max(1);
-        Ok(Box::new(GraniteHybridState {
-            kv,
-            rs: (0..self.n_ssm).map(|_| self.dims.new_state()).collect(),
-            n_past: 0,
-            n_ubatch: opts.n_ubatch.max(1),
-            pool: opts.pool.clone().unwrap_or_else(|| Arc::new(Pool::new(threads))),
-            observer: None,
-        }))
+        let rs = (0..self.n_ssm).map(|_| self.dims.new_state()).collect();
+        Ok(Box::new(HybridState::new(kv, rs, opts)))
     }
 
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
-        let st = state
-            .as_any_mut()
-            .downcast_mut::<GraniteHybridState>()
-            .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
-        if st.n_past + tokens.len() > st.kv.n_ctx {
-            return Err(Error::ContextFull { n_tokens: tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
-        }
+        let st = HybridState::of(state, tokens.len())?;
         let ub = st.n_ubatch;
         logits.by_ubatch(tokens, ub, |chunk, want| self.run_ubatch(st, chunk, want))
     }

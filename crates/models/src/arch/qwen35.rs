@@ -31,6 +31,7 @@ use crate::blocks::{
     GatedFfn, Heads, Linear, Pass, RecurrentState, RmsNorm, RowLayout, SeqKv, SeqRs,
 };
 use crate::hparams::Hparams;
+use crate::hybrid_state::HybridState;
 use crate::kv_cache::KvCache;
 use crate::loader::Loader;
 use crate::model::{Logits, Model, State, StateOptions};
@@ -289,45 +290,6 @@ fn gated_attention(ld: &Loader<'_>, il: usize, hp: &Hparams, heads: Heads, scale
     })
 }
 
-/// Inference state of a [`Hybrid`] model: the attention layers' KV cache and the
-/// delta-net layers' recurrent states.
-pub struct HybridState {
-    kv: KvCache,
-    rs: Vec<RecurrentState>,
-    n_past: usize,
-    n_ubatch: usize,
-    pool: Arc<Pool>,
-    observer: Option<Arc<dyn crate::model::Observer>>,
-}
-
-impl State for HybridState {
-    fn set_observer(&mut self, observer: Option<Arc<dyn crate::model::Observer>>) -> bool {
-        self.observer = observer;
-        true
-    }
-    fn n_past(&self) -> usize {
-        self.n_past
-    }
-    fn n_ctx(&self) -> usize {
-        self.kv.n_ctx
-    }
-    /// A recurrent state cannot be rolled back: to fewer tokens than held, it forgets all.
-    fn truncate(&mut self, n: usize) {
-        if n < self.n_past {
-            self.n_past = 0;
-            for s in &mut self.rs {
-                s.clear();
-            }
-        }
-    }
-    fn cache_bytes(&self) -> usize {
-        self.kv.bytes() + self.rs.iter().map(RecurrentState::bytes).sum::<usize>()
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-}
-
 #[derive(Default)]
 struct Buffers {
     h: Vec<f32>,
@@ -445,25 +407,12 @@ impl Model for Hybrid {
         crate::kv_cache::check_head_widths(opts.cache_type_k, opts.cache_type_v, hp.head_k, hp.head_v)?;
         let widths = vec![(hp.n_head_kv * hp.head_k, hp.n_head_kv * hp.head_v); self.n_attn];
         let kv = KvCache::new(&widths, n_ctx, opts.cache_type_k, opts.cache_type_v)?;
-        let threads = opts.n_threads.max(1);
-        Ok(Box::new(HybridState {
-            kv,
-            rs: (0..self.n_recr).map(|_| RecurrentState::new(&self.dims)).collect(),
-            n_past: 0,
-            n_ubatch: opts.n_ubatch.max(1),
-            pool: opts.pool.clone().unwrap_or_else(|| Arc::new(Pool::new(threads))),
-            observer: None,
-        }))
+        let rs = (0..self.n_recr).map(|_| RecurrentState::new(&self.dims)).collect();
+        Ok(Box::new(HybridState::new(kv, rs, opts)))
     }
 
     fn forward(&self, state: &mut dyn State, tokens: &[u32], logits: Logits) -> Result<Vec<f32>> {
-        let st = state
-            .as_any_mut()
-            .downcast_mut::<HybridState>()
-            .ok_or_else(|| Error::Invalid("state was not made by this model".into()))?;
-        if st.n_past + tokens.len() > st.kv.n_ctx {
-            return Err(Error::ContextFull { n_tokens: tokens.len(), n_ctx: st.kv.n_ctx, pos: st.n_past });
-        }
+        let st = HybridState::of(state, tokens.len())?;
         let ub = st.n_ubatch;
         logits.by_ubatch(tokens, ub, |chunk, want| self.run_ubatch(st, chunk, want))
     }
