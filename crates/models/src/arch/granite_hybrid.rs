@@ -20,11 +20,11 @@
 use std::sync::Arc;
 
 use gguf_format::SplitGguf;
-use quant_kernels::{ops, Pool};
+use quant_kernels::ops;
 
 use crate::blocks::{
     dump, Activation, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Gating, Heads, Linear, Mamba2,
-    Mamba2Dims, Mamba2Scratch, Moe, Pass, RecurrentState, RmsNorm, RowLayout, SeqKv, SeqRs,
+    Mamba2Dims, Mamba2Scratch, Moe, Pass, RmsNorm, RowLayout, SeqKv, SeqRs,
 };
 use crate::hparams::Hparams;
 use crate::hybrid_state::HybridState;

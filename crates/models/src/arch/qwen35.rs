@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use gguf_format::SplitGguf;
-use quant_kernels::{ops, Pool};
+use quant_kernels::ops;
 
 use crate::blocks::{
     dump, Activation, Attention, AttentionScratch, DeltaNet, DeltaNetDims, DeltaNetScratch, Embedding, Ffn, FfnScratch,
