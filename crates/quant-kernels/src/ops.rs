@@ -81,6 +81,16 @@ pub fn native_fp16_vec() -> bool {
     false
 }
 
+/// Mamba-2's scan step over one state row's whole lane blocks: see
+/// [`crate::scalar::ops::ssm_scan_lanes`] (same bits, hardware FMAs where the CPU has them).
+pub fn ssm_scan_lanes(s: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32, acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::ssm_scan_lanes(s, b, c, da, x_dt, acc);
+    }
+    sc::ssm_scan_lanes(s, b, c, da, x_dt, acc)
+}
+
 /// [`mad_f16`] as an AVX512-FP16 build of ggml computes it (`v` rounded to f16, one
 /// half-precision FMA per element for the first `n & !127` elements).
 pub fn mad_f16_fp16(y: &mut [f16], a: f32, x: &[f16]) {

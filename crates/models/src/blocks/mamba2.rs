@@ -297,13 +297,7 @@ pub fn ssm_scan_head(
             let srow = &mut s[i1 * ds..(i1 + 1) * ds];
             let acc = &mut acc[..step];
             acc.fill(0.0);
-            for i in (0..np).step_by(step) {
-                for (l, sl) in acc.iter_mut().enumerate() {
-                    let st = srow[i + l].mul_add(da, b[i + l] * x_dt);
-                    *sl = st.mul_add(c[i + l], *sl);
-                    srow[i + l] = st;
-                }
-            }
+            quant_kernels::ops::ssm_scan_lanes(&mut srow[..np], &b[..np], &c[..np], da, x_dt, acc);
             let mut sum = if np > 0 { layout.reduce(acc) } else { 0.0 };
             for i in np..ds {
                 let st = srow[i].mul_add(da, b[i] * x_dt);

@@ -422,3 +422,19 @@ pub fn flash_f16_chunk(c: &FlashF16<'_>, q16: &[f16], m: &mut [f32], s: &mut [f3
         }
     }
 }
+
+/// The lane-wise part of ggml's Mamba-2 scan step (`ggml_compute_forward_ssm_scan_f32`,
+/// as GCC compiles its SIMD loop: each multiply-add fused) for one state row: over blocks
+/// of `acc.len()` elements, per lane `s = fma(s, da, b·x_dt)`, then
+/// `acc = fma(s, c, acc)`. `s`, `b`, `c` hold whole blocks.
+#[inline(always)]
+pub fn ssm_scan_lanes(s: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32, acc: &mut [f32]) {
+    let step = acc.len();
+    for ((sb, bb), cb) in s.chunks_exact_mut(step).zip(b.chunks_exact(step)).zip(c.chunks_exact(step)) {
+        for (((sl, &bl), &cl), al) in sb.iter_mut().zip(bb).zip(cb).zip(acc.iter_mut()) {
+            let st = sl.mul_add(da, bl * x_dt);
+            *al = st.mul_add(cl, *al);
+            *sl = st;
+        }
+    }
+}

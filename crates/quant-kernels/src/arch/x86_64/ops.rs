@@ -352,6 +352,30 @@ mod f16_acc_tests {
     }
 
     #[test]
+    fn ssm_scan_lanes_matches_its_scalar_twin() {
+        if !has_avx2() {
+            return;
+        }
+        let mut seed = 777u32;
+        let mut r = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+        };
+        for (n, step) in [(128usize, 64usize), (64, 64), (32, 16), (256, 32)] {
+            let (b, c): (Vec<f32>, Vec<f32>) = ((0..n).map(|_| r()).collect(), (0..n).map(|_| r()).collect());
+            let s0: Vec<f32> = (0..n).map(|_| r()).collect();
+            let (da, x_dt) = (r().abs() / 2.0, r());
+            let (mut s1, mut s2) = (s0.clone(), s0);
+            let (mut a1, mut a2) = (vec![0.5f32; step], vec![0.5f32; step]);
+            ssm_scan_lanes(&mut s1, &b, &c, da, x_dt, &mut a1);
+            sc::ssm_scan_lanes(&mut s2, &b, &c, da, x_dt, &mut a2);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&s1), bits(&s2), "state, n {n}");
+            assert_eq!(bits(&a1), bits(&a2), "sums, n {n}");
+        }
+    }
+
+    #[test]
     fn mad_and_scale_f16_match_their_scalar_twins() {
         let mut s = 12345u32;
         let mut r = || {
@@ -744,4 +768,17 @@ mod tiled_tests {
         let differ = (0..100_000).map(|i| i as f32 * 1e-3 - 50.0).any(|x| sc::expf_ggml(x) != sc::expf_ggml_avx2(x));
         assert!(differ, "the AVX2 and AVX-512 expf agree everywhere");
     }
+}
+
+/// [`sc::ssm_scan_lanes`] compiled with FMA and AVX2 (each `mul_add` one `vfmadd`,
+/// vectorized across lanes: the same operations per element, so the same bits).
+pub fn ssm_scan_lanes(s: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32, acc: &mut [f32]) {
+    debug_assert!(super::has_avx2());
+    // SAFETY: the caller checked AVX2 and FMA (`has_avx2`); the body is safe slice code.
+    unsafe { ssm_scan_lanes_imp(s, b, c, da, x_dt, acc) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn ssm_scan_lanes_imp(s: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32, acc: &mut [f32]) {
+    sc::ssm_scan_lanes(s, b, c, da, x_dt, acc)
 }
