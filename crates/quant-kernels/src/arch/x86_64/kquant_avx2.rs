@@ -20,16 +20,16 @@ use crate::scalar::act::Q8_K_BYTES;
 use crate::scalar::iq4::Path;
 use crate::scalar::ktiled::{self as s, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
 
-struct KBlock {
-    q: [__m256i; 8],
+pub(super) struct KBlock {
+    pub(super) q: [__m256i; 8],
     /// i16 scale per `maddubs` lane of `q[k]` (lanes 0–7: group `2k`, 8–15: `2k + 1`).
-    s16: [__m256i; 8],
+    pub(super) s16: [__m256i; 8],
     /// i16 scale per 16-element group (q6_K's `−32` correction).
-    sc16: __m256i,
+    pub(super) sc16: __m256i,
     /// i16 min per 16-element group (q2_K, q4_K, q5_K).
-    mn16: __m256i,
-    d: f32,
-    dmin: f32,
+    pub(super) mn16: __m256i,
+    pub(super) d: f32,
+    pub(super) dmin: f32,
 }
 
 /// Sixteen i8 group scales → the eight lane-scale vectors (`s16[k]`: group `2k` in the
@@ -56,7 +56,7 @@ unsafe fn k4_scales(b: *const u8) -> ([__m256i; 8], __m256i) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q4_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q4_k(b: *const u8) -> KBlock {
     let m4 = _mm256_set1_epi8(0xF);
     let (s16, mn16) = k4_scales(b);
     let mut q = [_mm256_setzero_si256(); 8];
@@ -70,7 +70,7 @@ unsafe fn decode_q4_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q5_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q5_k(b: *const u8) -> KBlock {
     let m4 = _mm256_set1_epi8(0xF);
     let one = _mm256_set1_epi8(1);
     let (s16, mn16) = k4_scales(b);
@@ -88,7 +88,7 @@ unsafe fn decode_q5_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q6_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q6_k(b: *const u8) -> KBlock {
     let m3 = _mm256_set1_epi8(3);
     let m15 = _mm256_set1_epi8(15);
     let mut q = [_mm256_setzero_si256(); 8];
@@ -116,7 +116,7 @@ unsafe fn decode_q6_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q3_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q3_k(b: *const u8) -> KBlock {
     let m3 = _mm256_set1_epi8(3);
     let one = _mm256_set1_epi8(1);
     let hbits = load256(b);
@@ -149,7 +149,7 @@ unsafe fn decode_q3_k(b: *const u8) -> KBlock {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q2_k(b: *const u8) -> KBlock {
+pub(super) unsafe fn decode_q2_k(b: *const u8) -> KBlock {
     let m3 = _mm256_set1_epi8(3);
     let mut q = [_mm256_setzero_si256(); 8];
     for j in 0..2 {
@@ -246,12 +246,29 @@ unsafe fn imp<const TY: u32, const WB: usize, const T: usize>(
     }
 }
 
+/// Tokens from which a tile's leading tokens go through the 8-token engine (`k8_avx2.rs`).
+const K8_FROM: usize = 8;
+
+/// Tokens per prompt tile (all rows): the 8-token engine decodes a band once per tile.
+const K_TILE_TOKENS: usize = 64;
+
 /// A tile of K type `TY` along [`s::k_path`]; `vec_dot` through `avx2.rs`'s kernel.
 fn tile<const TY: u32, const WB: usize>(
     vec_dot: crate::registry::VecDotFn,
     t: &Tile<'_>,
     y: &mut [f32],
     y_stride: usize,
+) {
+    tile_from::<TY, WB>(vec_dot, t, y, y_stride, K8_FROM)
+}
+
+/// [`tile`] with the 8-token engine from `k8_from` tokens (`usize::MAX`: never).
+fn tile_from<const TY: u32, const WB: usize>(
+    vec_dot: crate::registry::VecDotFn,
+    t: &Tile<'_>,
+    y: &mut [f32],
+    y_stride: usize,
+    k8_from: usize,
 ) {
     let nb = check_tile(t, y, y_stride, has_avx2(), "avx2", 256, WB, Q8_K_BYTES);
     if t.rows == 0 || t.tokens == 0 {
@@ -263,7 +280,16 @@ fn tile<const TY: u32, const WB: usize>(
     }
     let tiled = path == Path::Tiled;
     let yp = y.as_mut_ptr();
-    let mut t0 = 0;
+    // The 8-token engine takes the leading tokens whose arithmetic it has: all of a tiled
+    // call's, the batched ones of a q4_K call.
+    let n8 = if tiled { t.tokens } else { t.batched.min(t.tokens) };
+    let mut t0 = if n8 >= k8_from { n8 } else { 0 };
+    if t0 > 0 {
+        // SAFETY: as below, for tokens `0..t0`.
+        unsafe {
+            super::k8_avx2::run::<TY, WB>(t.w.as_ptr(), t.w_stride, t.rows, nb, t.x.as_ptr(), t.x_stride, t0, tiled, yp, y_stride)
+        };
+    }
     while t0 < t.tokens {
         // SAFETY: `check_tile` bounds every weight row, activation row and output the
         // kernel touches and checked the CPU features.
@@ -300,6 +326,7 @@ macro_rules! k_kernel {
             )
             .with_available(has_avx2)
             .with_tile($tile)
+            .with_tile_tokens(K_TILE_TOKENS)
         }
     };
 }
@@ -312,3 +339,123 @@ k_kernel!(q3_k_tile, Q3_K, s::Q3_K_BYTES, avx2::q3_k_q8_k, Q3K);
 k_kernel!(q4_k_tile, Q4_K, s::Q4_K_BYTES, avx2::q4_k_q8_k, Q4K);
 k_kernel!(q5_k_tile, Q5_K, s::Q5_K_BYTES, avx2::q5_k_q8_k, Q5K);
 k_kernel!(q6_k_tile, Q6_K, s::Q6_K_BYTES, avx2::q6_k_q8_k, Q6K);
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::scalar::act::quantize_q8_k;
+
+    type Run = fn(&Tile<'_>, &mut [f32], usize, usize);
+
+    fn gauss(rng: &mut StdRng) -> f32 {
+        let u1: f32 = rng.gen_range(1e-7f32..1.0);
+        let u2: f32 = rng.gen();
+        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+    }
+
+    fn data(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..n).map(|_| gauss(rng) * scale).collect();
+        if n >= 512 && rng.gen_bool(0.3) {
+            v[256..288].fill(0.0);
+        }
+        if rng.gen_bool(0.3) {
+            let i = rng.gen_range(0..n);
+            v[i] *= 30.0;
+        }
+        v
+    }
+
+    /// Random tiles of `name` without (the oracle: the one-row kernel) and with the 8-token
+    /// engine, bit for bit; returns the outputs compared.
+    fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize) -> usize {
+        let traits = ggml_quants::lookup_name(name).unwrap();
+        let mut compared = 0usize;
+        for case in 0..cases {
+            let nb = [1, 2, 3, 8][case % 4];
+            let cols = nb * 256;
+            let rows = [8, 13, 24, 5, 7, 16][case % 6];
+            let tokens = [8, 16, 17, 33, 64, 9, 31][case % 7];
+            // Odd total rows make q4_K tiled; multiples of 8 take its batched path.
+            let total_rows = if case % 2 == 0 { rows * 8 } else { rows * 8 + 1 };
+            let batched = if case % 3 == 0 { tokens - tokens % 4 } else { tokens };
+            let wf = data(rng, rows * cols, 1.0);
+            let imatrix: Vec<f32> = (0..cols).map(|_| rng.gen_range(0.5f32..2.0)).collect();
+            let w = traits.quantize_to_vec(&wf, cols, Some(&imatrix)).unwrap();
+            let mut x = vec![0u8; tokens * nb * Q8_K_BYTES];
+            for t in 0..tokens {
+                let xf = data(rng, cols, 3.0);
+                quantize_q8_k(&xf, &mut x[t * nb * Q8_K_BYTES..(t + 1) * nb * Q8_K_BYTES]);
+            }
+            let tile = Tile {
+                n: cols,
+                w: &w,
+                w_stride: w.len() / rows,
+                rows,
+                x: &x,
+                x_stride: nb * Q8_K_BYTES,
+                tokens,
+                batched,
+                total_tokens: tokens,
+                total_rows,
+                expert: false,
+            };
+            let ys = rows + 3;
+            let mut want = vec![f32::NAN; tokens * ys];
+            let mut got = vec![f32::NAN; tokens * ys];
+            run(&tile, &mut want, ys, usize::MAX);
+            run(&tile, &mut got, ys, 1);
+            for t in 0..tokens {
+                for r in 0..rows {
+                    let (a, b) = (want[t * ys + r], got[t * ys + r]);
+                    assert!(a.is_finite(), "{name}: oracle output not finite");
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{name} rows {rows}/{total_rows} cols {cols} tokens {tokens} batched {batched}: \
+                         row {r} token {t}: {a} vs {b}"
+                    );
+                    compared += 1;
+                }
+                for r in rows..ys {
+                    assert!(got[t * ys + r].is_nan(), "{name}: wrote outside the tile");
+                }
+            }
+        }
+        compared
+    }
+
+    fn run_k<const TY: u32, const WB: usize>(t: &Tile<'_>, y: &mut [f32], ys: usize, from: usize) {
+        let vd = match TY {
+            Q2_K => avx2::q2_k_q8_k,
+            Q3_K => avx2::q3_k_q8_k,
+            Q4_K => avx2::q4_k_q8_k,
+            Q5_K => avx2::q5_k_q8_k,
+            _ => avx2::q6_k_q8_k,
+        };
+        tile_from::<TY, WB>(vd, t, y, ys, from)
+    }
+
+    /// The 8-token engine against the one-row kernels it stands in for, bit for bit, over
+    /// random matrices of every K type, ragged row bands and token groups, the tiled and
+    /// the batched q4_K arithmetic.
+    #[test]
+    fn eight_token_engine_matches_the_one_row_kernels_bitwise() {
+        if !has_avx2() {
+            eprintln!("skipped: no AVX2 here");
+            return;
+        }
+        let types: [(&str, Run); 5] = [
+            ("q2_K", run_k::<Q2_K, { s::Q2_K_BYTES }>),
+            ("q3_K", run_k::<Q3_K, { s::Q3_K_BYTES }>),
+            ("q4_K", run_k::<Q4_K, { s::Q4_K_BYTES }>),
+            ("q5_K", run_k::<Q5_K, { s::Q5_K_BYTES }>),
+            ("q6_K", run_k::<Q6_K, { s::Q6_K_BYTES }>),
+        ];
+        let mut rng = StdRng::seed_from_u64(8);
+        let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, 24)).sum();
+        assert!(compared > 10_000, "{compared}");
+    }
+}
