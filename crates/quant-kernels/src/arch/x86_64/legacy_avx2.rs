@@ -19,7 +19,8 @@
 //! by block, 8 tokens to a vector; a row's `d_w·d_x` and `Σ m_w·s_x` (and q5_0 / q5_1's
 //! decoded blocks) are computed before its products, so the inner loop is `maddubs`,
 //! `madd`, `cvt` and `fma` (`sign` too for q5_0 / q8_0) with `d` broadcast from memory.
-//! One-token tiles run [`super::avx2`]'s `vec_dot` (the same bits).
+//! One-token tiles run four rows at a time (`one_imp`), each row in the arithmetic of
+//! [`super::avx2`]'s `vec_dot` (the same bits).
 
 use core::arch::x86_64::*;
 
@@ -143,6 +144,70 @@ unsafe fn rows_imp<const F: u8, const T: usize>(a: &TileArgs, sc: *mut f32, t0: 
     }
 }
 
+/// One token × rows `0..a.rows − a.rows % 4`, four rows at a time; returns the rows done.
+/// Each row's steps are those of [`super::avx2`]'s `vec_dot` (the same bits): the token's
+/// block and scale are loaded once for the four rows, which are reduced at the end, and
+/// the next four rows are prefetched (one stream a group ahead).
+///
+/// # Safety
+/// AVX2 present; `a` checked by [`check_tile`] with one token.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn one_imp<const F: u8>(a: &TileArgs) -> usize {
+    let f = fmt(F);
+    let signed = matches!(F, Q5_0 | Q8_0);
+    let ones = _mm256_set1_epi16(1);
+    let r4 = a.rows - a.rows % 4;
+    for r in (0..r4).step_by(4) {
+        let w: [*const u8; 4] = core::array::from_fn(|i| a.w.add((r + i) * a.w_stride));
+        let mut acc = [_mm256_setzero_ps(); 4];
+        // Lanes 2i + 1: row i's `Σ m_w·s_x` (q4_1 / q5_1).
+        let mut summs = _mm256_setzero_ps();
+        let lane: [__m256i; 4] = core::array::from_fn(|i| _mm256_set1_epi32(2 * i as i32));
+        // The next group of rows is prefetched as this one is read, at the same rate: one
+        // stream a group ahead, whatever the row length.
+        let mut pf = a.w.wrapping_add((r + 4) * a.w_stride);
+        let mut pf_end = pf;
+        for b in 0..a.nb {
+            pf_end = pf_end.wrapping_add(4 * f.wb);
+            while pf < pf_end {
+                _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
+                pf = pf.wrapping_add(64);
+            }
+            let xb = a.x.add(b * f.xb);
+            let dy = _mm256_set1_ps(f16_at(xb));
+            let yv = load256(xb.add(f.xq));
+            let blk: [*const u8; 4] = core::array::from_fn(|i| w[i].add(b * f.wb));
+            // The four rows' `d` (and `m`) as fp16 pairs → f32 lanes 2i (2i + 1); each
+            // product `d_w·d_x` the scalar one's bits, `m_w·s_x` exact.
+            let dm = _mm_set_epi32(
+                (blk[3] as *const i32).read_unaligned(),
+                (blk[2] as *const i32).read_unaligned(),
+                (blk[1] as *const i32).read_unaligned(),
+                (blk[0] as *const i32).read_unaligned(),
+            );
+            let fdm = _mm256_cvtph_ps(dm);
+            let dd = _mm256_mul_ps(fdm, dy);
+            if f.has_min {
+                summs = _mm256_fmadd_ps(fdm, _mm256_set1_ps(f16_at(xb.add(2))), summs);
+            }
+            for i in 0..4 {
+                let d = _mm256_permutevar8x32_ps(dd, lane[i]);
+                let (u, q) = decode::<F>(blk[i]);
+                let yy = if signed { _mm256_sign_epi8(yv, q) } else { yv };
+                let lanes = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(u, yy));
+                acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[i]);
+            }
+        }
+        let mut sm = [0f32; 8];
+        _mm256_storeu_ps(sm.as_mut_ptr(), summs);
+        for i in 0..4 {
+            let h = hsum_float_8(acc[i]);
+            *a.y.add(r + i) = if f.has_min { h + sm[2 * i + 1] } else { h };
+        }
+    }
+    r4
+}
+
 /// The scales of tokens `t0..t0+nt` (`nt ≤ 8`), block by block: `d_x` in `sc[SC·b..][..8]`,
 /// `s_x` (Q8_1) in `sc[SC·b + 8..][..8]`, zero past `nt`.
 fn gather_scales(f: &Legacy, t: &Tile<'_>, nb: usize, t0: usize, nt: usize, sc: &mut [f32]) {
@@ -166,10 +231,14 @@ fn tile<const F: u8>(vec_dot: VecDotFn, t: &Tile<'_>, y: &mut [f32], y_stride: u
     if t.rows == 0 || t.tokens == 0 {
         return;
     }
-    if t.tokens == 1 {
-        return crate::matmul::tile_by_vec_dot(vec_dot, t, y, y_stride);
-    }
     let a = TileArgs::new(t, nb, y, y_stride);
+    if t.tokens == 1 {
+        // SAFETY: `check_tile` bounds every weight row, the activation row and the outputs
+        // and checked the CPU features.
+        let r4 = unsafe { one_imp::<F>(&a) };
+        let rest = Tile { w: &t.w[r4 * t.w_stride..], rows: t.rows - r4, ..*t };
+        return crate::matmul::tile_by_vec_dot(vec_dot, &rest, &mut y[r4..], y_stride);
+    }
     let mut sc = SCALES.with(|c| c.take());
     sc.resize(SC * nb, 0.0);
     let mut t0 = 0;
