@@ -207,7 +207,7 @@ unsafe fn q8_0_q8_0_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
 /// ggml's `get_scale_shuffle_k4(i)`: broadcast 16-bit scale `i` to all lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn shuffle_k4(i: usize) -> __m256i {
+pub(super) unsafe fn shuffle_k4(i: usize) -> __m256i {
     let lo = (2 * i) as i8;
     let hi = (2 * i + 1) as i8;
     let pair = (lo as u8 as i16) | ((hi as u8 as i16) << 8);
@@ -235,7 +235,7 @@ unsafe fn shuffle_q6(i: usize) -> __m128i {
 
 /// The Q4_K/Q5_K `utmp` rearrangement: 8 scales then 8 mins, one byte each.
 #[inline(always)]
-fn k4_utmp(s: &[u8; 12]) -> [u32; 4] {
+pub(super) fn k4_utmp(s: &[u8; 12]) -> [u32; 4] {
     const KMASK1: u32 = 0x3f3f3f3f;
     const KMASK2: u32 = 0x0f0f0f0f;
     const KMASK3: u32 = 0x03030303;
@@ -467,56 +467,66 @@ safe_dot!(
 );
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k_q8_k_imp(nb: usize, w: *const u8, x: *const u8) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
-    let m15 = _mm256_set1_epi8(15);
     let mut acc = _mm256_setzero_ps();
     for i in 0..nb {
-        let (b, y) = (w.add(i * 210), x.add(i * Q8_K_BYTES));
-        let d = f32_at(y) * f16_at(b.add(208));
-        let q8sums = load256(y.add(260));
-        let scales = _mm_loadu_si128(b.add(192) as *const __m128i);
-        let scales_16 = _mm256_cvtepi8_epi16(scales);
-        let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales_16));
-        let mut sumi = _mm256_setzero_si256();
-        let mut q4 = b;
-        let mut qh = b.add(128);
-        let mut q8 = y.add(4);
-        let mut is = 0;
-        for _ in 0..2 {
-            let q4bits1 = load256(q4);
-            let q4bits2 = load256(q4.add(32));
-            q4 = q4.add(64);
-            let q4bits_h = load256(qh);
-            qh = qh.add(32);
-            let q4h_0 = _mm256_slli_epi16::<4>(_mm256_and_si256(q4bits_h, m3));
-            let q4h_1 = _mm256_slli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(12)));
-            let q4h_2 = _mm256_and_si256(q4bits_h, _mm256_set1_epi8(48));
-            let q4h_3 = _mm256_srli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(-64)));
-            let q4_0 = _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0);
-            let q4_1 = _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1);
-            let q4_2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2);
-            let q4_3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3);
-            let p16_0 = _mm256_maddubs_epi16(q4_0, load256(q8));
-            let p16_1 = _mm256_maddubs_epi16(q4_1, load256(q8.add(32)));
-            let p16_2 = _mm256_maddubs_epi16(q4_2, load256(q8.add(64)));
-            let p16_3 = _mm256_maddubs_epi16(q4_3, load256(q8.add(96)));
-            q8 = q8.add(128);
-            let s0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is)));
-            let s1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is + 1)));
-            let s2 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is + 2)));
-            let s3 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is + 3)));
-            is += 4;
-            let p0 = _mm256_madd_epi16(s0, p16_0);
-            let p1 = _mm256_madd_epi16(s1, p16_1);
-            let p2 = _mm256_madd_epi16(s2, p16_2);
-            let p3 = _mm256_madd_epi16(s3, p16_3);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p2, p3));
-        }
-        sumi = _mm256_sub_epi32(sumi, q8sclsub);
+        let (d, sumi) = q6_k_block(w.add(i * 210), x.add(i * Q8_K_BYTES));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_float_8(acc)
+}
+
+/// One block of `ggml_vec_dot_q6_K_q8_K` (AVX2): `d_x·d_w` and the eight i32 lanes of
+/// `sumi`, which the caller accumulates as `acc = fma(d, float(sumi), acc)`.
+///
+/// # Safety
+/// AVX2 present; a q6_K block at `b`, a Q8_K block at `y`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q6_k_block(b: *const u8, y: *const u8) -> (f32, __m256i) {
+    let m3 = _mm256_set1_epi8(3);
+    let m15 = _mm256_set1_epi8(15);
+    let d = f32_at(y) * f16_at(b.add(208));
+    let q8sums = load256(y.add(260));
+    let scales = _mm_loadu_si128(b.add(192) as *const __m128i);
+    let scales_16 = _mm256_cvtepi8_epi16(scales);
+    let q8sclsub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(q8sums, scales_16));
+    let mut sumi = _mm256_setzero_si256();
+    let mut q4 = b;
+    let mut qh = b.add(128);
+    let mut q8 = y.add(4);
+    let mut is = 0;
+    for _ in 0..2 {
+        let q4bits1 = load256(q4);
+        let q4bits2 = load256(q4.add(32));
+        q4 = q4.add(64);
+        let q4bits_h = load256(qh);
+        qh = qh.add(32);
+        let q4h_0 = _mm256_slli_epi16::<4>(_mm256_and_si256(q4bits_h, m3));
+        let q4h_1 = _mm256_slli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(12)));
+        let q4h_2 = _mm256_and_si256(q4bits_h, _mm256_set1_epi8(48));
+        let q4h_3 = _mm256_srli_epi16::<2>(_mm256_and_si256(q4bits_h, _mm256_set1_epi8(-64)));
+        let q4_0 = _mm256_or_si256(_mm256_and_si256(q4bits1, m15), q4h_0);
+        let q4_1 = _mm256_or_si256(_mm256_and_si256(q4bits2, m15), q4h_1);
+        let q4_2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits1), m15), q4h_2);
+        let q4_3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(q4bits2), m15), q4h_3);
+        let p16_0 = _mm256_maddubs_epi16(q4_0, load256(q8));
+        let p16_1 = _mm256_maddubs_epi16(q4_1, load256(q8.add(32)));
+        let p16_2 = _mm256_maddubs_epi16(q4_2, load256(q8.add(64)));
+        let p16_3 = _mm256_maddubs_epi16(q4_3, load256(q8.add(96)));
+        q8 = q8.add(128);
+        let s0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is)));
+        let s1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is + 1)));
+        let s2 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is + 2)));
+        let s3 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuffle_q6(is + 3)));
+        is += 4;
+        let p0 = _mm256_madd_epi16(s0, p16_0);
+        let p1 = _mm256_madd_epi16(s1, p16_1);
+        let p2 = _mm256_madd_epi16(s2, p16_2);
+        let p3 = _mm256_madd_epi16(s3, p16_3);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p2, p3));
+    }
+    (d, _mm256_sub_epi32(sumi, q8sclsub))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -262,6 +262,9 @@ fn tile<const TY: u32, const WB: usize>(
     tile_from::<TY, WB>(vec_dot, t, y, y_stride, K8_FROM)
 }
 
+/// A one-token kernel of `k_one_avx2.rs`: `(w, w_stride, rows, nb, x, y)` → rows done.
+type OneFn = unsafe fn(*const u8, usize, usize, usize, *const u8, *mut f32) -> usize;
+
 /// [`tile`] with the 8-token engine from `k8_from` tokens (`usize::MAX`: never).
 fn tile_from<const TY: u32, const WB: usize>(
     vec_dot: crate::registry::VecDotFn,
@@ -275,6 +278,24 @@ fn tile_from<const TY: u32, const WB: usize>(
         return;
     }
     let path = s::k_path(TY, t);
+    // One token, four rows at a time where a kernel has the path's arithmetic: q6_K's
+    // `vec_dot`, q4_K's repacked gemv.
+    let one: Option<OneFn> = match (TY, path, t.tokens, t.batched) {
+        _ if t.rows < 4 => None,
+        (Q6_K, Path::VecDot, 1, _) => Some(super::k_one_avx2::q6_k_one),
+        (Q4_K, Path::Repack, 1, 0) => Some(super::k_one_avx2::q4_k_one),
+        _ => None,
+    };
+    if let Some(one) = one {
+        // SAFETY: `check_tile` bounds every weight row, the activation row and the outputs
+        // and checked the CPU features.
+        let r4 = unsafe { one(t.w.as_ptr(), t.w_stride, t.rows, nb, t.x.as_ptr(), y.as_mut_ptr()) };
+        if r4 == t.rows {
+            return;
+        }
+        let rest = Tile { w: &t.w[r4 * t.w_stride..], rows: t.rows - r4, ..*t };
+        return tile_from::<TY, WB>(vec_dot, &rest, &mut y[r4..], y_stride, k8_from);
+    }
     if path == Path::VecDot {
         return crate::matmul::tile_by_vec_dot(vec_dot, t, y, y_stride);
     }

@@ -26,7 +26,7 @@ use core::arch::x86_64::*;
 
 use super::avx2::{self, bytes_from_bits_32, bytes_from_nibbles_32};
 use super::has_avx2;
-use super::tiles::{check_tile, f16_at, hsum_float_8, load256, TileArgs};
+use super::tiles::{check_tile, f16_at, hsum_float_8, load256, Ahead, TileArgs};
 use crate::registry::{Tile, VecDotFn};
 use crate::scalar::legacy::{self as s, Legacy};
 
@@ -163,16 +163,9 @@ unsafe fn one_imp<const F: u8>(a: &TileArgs) -> usize {
         // Lanes 2i + 1: row i's `Σ m_w·s_x` (q4_1 / q5_1).
         let mut summs = _mm256_setzero_ps();
         let lane: [__m256i; 4] = core::array::from_fn(|i| _mm256_set1_epi32(2 * i as i32));
-        // The next group of rows is prefetched as this one is read, at the same rate: one
-        // stream a group ahead, whatever the row length.
-        let mut pf = a.w.wrapping_add((r + 4) * a.w_stride);
-        let mut pf_end = pf;
+        let mut ahead = Ahead::new(a.w.wrapping_add((r + 4) * a.w_stride));
         for b in 0..a.nb {
-            pf_end = pf_end.wrapping_add(4 * f.wb);
-            while pf < pf_end {
-                _mm_prefetch::<_MM_HINT_T0>(pf as *const i8);
-                pf = pf.wrapping_add(64);
-            }
+            ahead.advance(4 * f.wb);
             let xb = a.x.add(b * f.xb);
             let dy = _mm256_set1_ps(f16_at(xb));
             let yv = load256(xb.add(f.xq));

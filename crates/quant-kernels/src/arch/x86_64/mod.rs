@@ -15,6 +15,7 @@ pub mod iq1;
 pub mod iq4;
 mod k16;
 mod k8_avx2;
+mod k_one_avx2;
 pub mod kquant_avx2;
 pub mod lattice;
 pub mod lattice_avx2;
