@@ -267,6 +267,37 @@ impl<D> TileCache<D> {
     }
 }
 
+/// A software prefetch stream one group of rows ahead of a one-token kernel: the group
+/// after the one being read is prefetched at the rate the group is read (`advance` by the
+/// bytes a block step consumes), one sequential stream whatever the row length — where
+/// the hardware prefetcher, facing one stream per row of the group, falls behind.
+pub(super) struct Ahead {
+    p: *const u8,
+    end: *const u8,
+}
+
+impl Ahead {
+    /// A stream starting at `start` (need not be inside any allocation: prefetches never
+    /// fault, and the pointer is only offset with `wrapping_add`).
+    #[inline(always)]
+    pub fn new(start: *const u8) -> Self {
+        Ahead { p: start, end: start }
+    }
+
+    /// Prefetches the next `bytes` of the stream.
+    ///
+    /// # Safety
+    /// SSE present (every x86-64 CPU).
+    #[inline(always)]
+    pub unsafe fn advance(&mut self, bytes: usize) {
+        self.end = self.end.wrapping_add(bytes);
+        while self.p < self.end {
+            _mm_prefetch::<_MM_HINT_T0>(self.p as *const i8);
+            self.p = self.p.wrapping_add(64);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,36 +330,5 @@ mod tests {
         assert_eq!(c.entries.len(), 3);
         assert!(c.entries.iter().all(|e| e.key != key(1) || e.raw != [1, 2, 3, 4]));
         assert!(c.fits(32, 4) && !c.fits(33, 4));
-    }
-}
-
-/// A software prefetch stream one group of rows ahead of a one-token kernel: the group
-/// after the one being read is prefetched at the rate the group is read (`advance` by the
-/// bytes a block step consumes), one sequential stream whatever the row length — where
-/// the hardware prefetcher, facing one stream per row of the group, falls behind.
-pub(super) struct Ahead {
-    p: *const u8,
-    end: *const u8,
-}
-
-impl Ahead {
-    /// A stream starting at `start` (need not be inside any allocation: prefetches never
-    /// fault, and the pointer is only offset with `wrapping_add`).
-    #[inline(always)]
-    pub fn new(start: *const u8) -> Self {
-        Ahead { p: start, end: start }
-    }
-
-    /// Prefetches the next `bytes` of the stream.
-    ///
-    /// # Safety
-    /// SSE present (every x86-64 CPU).
-    #[inline(always)]
-    pub unsafe fn advance(&mut self, bytes: usize) {
-        self.end = self.end.wrapping_add(bytes);
-        while self.p < self.end {
-            _mm_prefetch::<_MM_HINT_T0>(self.p as *const i8);
-            self.p = self.p.wrapping_add(64);
-        }
     }
 }
