@@ -48,6 +48,13 @@ const fn fmt(f: u8) -> &'static Legacy {
 /// Tokens per pass over a tile's rows.
 const T_MAX: usize = 8;
 
+/// Weight bytes of a chunk of rows that all of a tile's token groups run against (an L2
+/// share, beside the tile's activations: 64 tokens of 2048 q8_0 columns are 136 KiB).
+const ROW_CHUNK_BYTES: usize = 192 * 1024;
+
+/// Tokens per prompt tile (all rows; see [`ROW_CHUNK_BYTES`]).
+const TILE_TOKENS: usize = 64;
+
 thread_local! {
     /// Per-thread scales of a tile ([`SC`] floats per block).
     static SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
@@ -232,29 +239,40 @@ fn tile<const F: u8>(vec_dot: VecDotFn, t: &Tile<'_>, y: &mut [f32], y_stride: u
         let rest = Tile { w: &t.w[r4 * t.w_stride..], rows: t.rows - r4, ..*t };
         return crate::matmul::tile_by_vec_dot(vec_dot, &rest, &mut y[r4..], y_stride);
     }
+    // Every 8-token group's scales once, then the rows in L2-sized chunks, each chunk
+    // against every group: a tile of many tokens reads its weights from memory once.
+    let groups = t.tokens.div_ceil(T_MAX);
     let mut sc = SCALES.with(|c| c.take());
-    sc.resize(SC * nb, 0.0);
-    let mut t0 = 0;
-    while t0 < t.tokens {
-        let nt = (t.tokens - t0).min(T_MAX);
-        gather_scales(f, t, nb, t0, nt, &mut sc);
-        let p = sc.as_mut_ptr();
-        // SAFETY: `check_tile` bounds every weight row, activation row and output the
-        // kernel touches and checked the CPU features; `t0 + nt ≤ tokens`, `sc` holds
-        // `SC·nb` floats.
-        unsafe {
-            match nt {
-                1 => rows_imp::<F, 1>(&a, p, t0),
-                2 => rows_imp::<F, 2>(&a, p, t0),
-                3 => rows_imp::<F, 3>(&a, p, t0),
-                4 => rows_imp::<F, 4>(&a, p, t0),
-                5 => rows_imp::<F, 5>(&a, p, t0),
-                6 => rows_imp::<F, 6>(&a, p, t0),
-                7 => rows_imp::<F, 7>(&a, p, t0),
-                _ => rows_imp::<F, 8>(&a, p, t0),
+    sc.resize(SC * nb * groups, 0.0);
+    for g in 0..groups {
+        let t0 = g * T_MAX;
+        gather_scales(f, t, nb, t0, (t.tokens - t0).min(T_MAX), &mut sc[SC * nb * g..SC * nb * (g + 1)]);
+    }
+    let chunk = (ROW_CHUNK_BYTES / (nb * f.wb)).max(1);
+    for r0 in (0..t.rows).step_by(chunk) {
+        let rows = chunk.min(t.rows - r0);
+        // SAFETY: rows `r0..r0+rows` of the checked tile and their outputs.
+        let ac = unsafe { TileArgs { w: a.w.add(r0 * a.w_stride), rows, y: a.y.add(r0), ..a } };
+        for g in 0..groups {
+            let t0 = g * T_MAX;
+            let nt = (t.tokens - t0).min(T_MAX);
+            // SAFETY: `check_tile` bounds every weight row, activation row and output the
+            // kernel touches and checked the CPU features; `t0 + nt ≤ tokens`, group `g`'s
+            // slice of `sc` holds `SC·nb` floats.
+            unsafe {
+                let p = sc.as_mut_ptr().add(SC * nb * g);
+                match nt {
+                    1 => rows_imp::<F, 1>(&ac, p, t0),
+                    2 => rows_imp::<F, 2>(&ac, p, t0),
+                    3 => rows_imp::<F, 3>(&ac, p, t0),
+                    4 => rows_imp::<F, 4>(&ac, p, t0),
+                    5 => rows_imp::<F, 5>(&ac, p, t0),
+                    6 => rows_imp::<F, 6>(&ac, p, t0),
+                    7 => rows_imp::<F, 7>(&ac, p, t0),
+                    _ => rows_imp::<F, 8>(&ac, p, t0),
+                }
             }
         }
-        t0 += nt;
     }
     SCALES.with(|c| c.set(sc));
 }
@@ -276,6 +294,7 @@ macro_rules! legacy_kernel {
             )
             .with_available(has_avx2)
             .with_tile($tile)
+            .with_tile_tokens(TILE_TOKENS)
         }
     };
 }

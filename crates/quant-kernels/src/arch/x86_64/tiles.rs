@@ -42,6 +42,7 @@ pub(super) fn check_tile(
 /// A checked tile as raw pointers and strides, for the inner kernels (which index it with
 /// `add`): `rows` weight rows of `nb` blocks, `tokens` activation rows, outputs
 /// `y[t·y_stride + r]`.
+#[derive(Clone, Copy)]
 pub(super) struct TileArgs {
     pub w: *const u8,
     pub w_stride: usize,
