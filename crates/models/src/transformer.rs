@@ -174,6 +174,36 @@ struct Layer {
     post_ffn_norm: Option<RmsNorm>,
 }
 
+impl Layer {
+    /// Moves the layer's matrices into the layouts of the kernels that repack them (as
+    /// llama.cpp's CPU_REPACK buffers do at load).
+    fn repack(&mut self) -> Result<()> {
+        if let Mixer::Attn(a) = &mut self.attn {
+            a.repack()?;
+        }
+        self.ffn.repack()?;
+        if let Some(s) = &mut self.shared {
+            s.repack()?;
+        }
+        Ok(())
+    }
+}
+
+/// [`Layer::repack`] for every layer, the layers split between the machine's cores: a
+/// repacking file's load time is the new layouts' page faults and copies, which run in
+/// parallel (llama-1b Q4_0 on a 2-core AVX2 machine: see BENCHMARKS.md).
+fn repack_layers(layers: &mut [Layer]) -> Result<()> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, layers.len().max(1));
+    if n == 1 {
+        return layers.iter_mut().try_for_each(Layer::repack);
+    }
+    let per = layers.len().div_ceil(n);
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = layers.chunks_mut(per).map(|c| s.spawn(move || c.iter_mut().try_for_each(Layer::repack))).collect();
+        jobs.into_iter().try_for_each(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    })
+}
+
 /// A loaded decoder-only transformer; weights stay in the model's mmaps (one per shard of
 /// a split model), except the matrices a kernel repacks at load (as llama.cpp does for the
 /// same types and shapes), which are read from the file straight into their new layout.
@@ -214,7 +244,7 @@ impl Transformer {
         for il in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{il}.{s}");
             let mut shared = None;
-            let mut ffn = if hp.n_expert > 0 && il >= spec.dense_lead {
+            let ffn = if hp.n_expert > 0 && il >= spec.dense_lead {
                 if hp.n_expert_used == 0 {
                     return Err(Error::MissingKey(ld.key("expert_used_count")));
                 }
@@ -274,16 +304,13 @@ impl Transformer {
             let post_attn_norm = post("post_attention_norm.weight")?;
             let ffn_norm = pre(&format!("{}.weight", spec.ffn_norm_tensor))?;
             let post_ffn_norm = post("post_ffw_norm.weight")?;
-            ffn.repack()?;
-            if let Some(s) = &mut shared {
-                s.repack()?;
-            }
             layers.push(Layer { attn_norm, attn, post_attn_norm, ffn_norm, ffn, shared, post_ffn_norm });
         }
+        repack_layers(&mut layers)?;
         Ok(Transformer { arch: arch.to_string(), hp, spec, tok_embd, output, output_norm, layers })
     }
 
-    /// Layer `il`'s [`Attention`] as `spec` shapes it, repacked.
+    /// Layer `il`'s [`Attention`] as `spec` shapes it (repacked with the layer, [`Layer::repack`]).
     fn attention(
         ld: &Loader<'_>,
         il: usize,
@@ -314,7 +341,6 @@ impl Transformer {
         if spec.attn_sinks {
             attn.sinks = Some(ld.vector(&n("attn_sinks.weight"), hp.n_head as u64)?);
         }
-        attn.repack()?;
         Ok(attn)
     }
 
