@@ -199,7 +199,8 @@ fn repack_layers(layers: &mut [Layer]) -> Result<()> {
     }
     let per = layers.len().div_ceil(n);
     std::thread::scope(|s| {
-        let jobs: Vec<_> = layers.chunks_mut(per).map(|c| s.spawn(move || c.iter_mut().try_for_each(Layer::repack))).collect();
+        let jobs: Vec<_> =
+            layers.chunks_mut(per).map(|c| s.spawn(move || c.iter_mut().try_for_each(Layer::repack))).collect();
         jobs.into_iter().try_for_each(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     })
 }

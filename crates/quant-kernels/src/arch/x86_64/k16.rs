@@ -454,94 +454,11 @@ pub(super) unsafe fn run<F: Format>(
 
 #[cfg(test)]
 mod tests {
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-
+    use super::super::engine_tests::{compare_all, Run};
     use super::super::iq4::xs_run_vnni;
     use super::super::lattice::{tile_run, Iq2S, Iq2Xs, Iq2Xxs, Iq3S, Iq3Xxs};
     use super::super::lattice_vnni::Vnni;
     use super::super::vnni::{has_vnni, q2_k_run, q3_k_run, q4_k_run, q5_k_run, q6_k_run};
-    use crate::registry::Tile;
-    use crate::scalar::act::{quantize_q8_k, Q8_K_BYTES};
-
-    type Run = fn(&Tile<'_>, &mut [f32], usize, bool);
-
-    fn gauss(rng: &mut StdRng) -> f32 {
-        let u1: f32 = rng.gen_range(1e-7f32..1.0);
-        let u2: f32 = rng.gen();
-        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-    }
-
-    fn data(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..n).map(|_| gauss(rng) * scale).collect();
-        if n >= 512 && rng.gen_bool(0.3) {
-            v[256..288].fill(0.0);
-        }
-        if rng.gen_bool(0.3) {
-            let i = rng.gen_range(0..n);
-            v[i] *= 30.0;
-        }
-        v
-    }
-
-    /// Random tiles of `name` through `run` without (the oracle) and with the engine,
-    /// compared bit for bit; returns the outputs compared.
-    fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize) -> usize {
-        let traits = ggml_quants::lookup_name(name).unwrap();
-        let mut compared = 0usize;
-        for case in 0..cases {
-            let nb = [1, 2, 3, 8][case % 4];
-            let cols = nb * 256;
-            let rows = [8, 13, 24, 40, 7, 16][case % 6];
-            let tokens = [8, 16, 17, 33, 64, 9, 31][case % 7];
-            // Odd total rows make q2_K/q4_K tiled; even ones take q4_K's batched path.
-            let total_rows = if case % 2 == 0 { rows } else { rows * 8 + 1 };
-            let batched = if case % 3 == 0 { tokens - tokens % 4 } else { tokens };
-            let wf = data(rng, rows * cols, 1.0);
-            let imatrix: Vec<f32> = (0..cols).map(|_| rng.gen_range(0.5f32..2.0)).collect();
-            let w = traits.quantize_to_vec(&wf, cols, Some(&imatrix)).unwrap();
-            let mut x = vec![0u8; tokens * nb * Q8_K_BYTES];
-            for t in 0..tokens {
-                let xf = data(rng, cols, 3.0);
-                quantize_q8_k(&xf, &mut x[t * nb * Q8_K_BYTES..(t + 1) * nb * Q8_K_BYTES]);
-            }
-            let tile = Tile {
-                n: cols,
-                w: &w,
-                w_stride: w.len() / rows,
-                rows,
-                x: &x,
-                x_stride: nb * Q8_K_BYTES,
-                tokens,
-                batched,
-                total_tokens: tokens,
-                total_rows,
-                expert: false,
-            };
-            let ys = rows + 3;
-            let mut want = vec![f32::NAN; tokens * ys];
-            let mut got = vec![f32::NAN; tokens * ys];
-            run(&tile, &mut want, ys, false);
-            run(&tile, &mut got, ys, true);
-            for t in 0..tokens {
-                for r in 0..rows {
-                    let (a, b) = (want[t * ys + r], got[t * ys + r]);
-                    assert!(a.is_finite(), "{name}: oracle output not finite");
-                    assert_eq!(
-                        a.to_bits(),
-                        b.to_bits(),
-                        "{name} rows {rows}/{total_rows} cols {cols} tokens {tokens} batched {batched}: \
-                         row {r} token {t}: {a} vs {b}"
-                    );
-                    compared += 1;
-                }
-                for r in rows..ys {
-                    assert!(got[t * ys + r].is_nan(), "{name}: wrote outside the tile");
-                }
-            }
-        }
-        compared
-    }
 
     /// The 16-token engine against the kernels it mirrors (`k16: false`), bit for bit,
     /// over random matrices of every K type, ragged row bands and token groups, the
@@ -554,9 +471,7 @@ mod tests {
         }
         let types: [(&str, Run); 5] =
             [("q2_K", q2_k_run), ("q3_K", q3_k_run), ("q4_K", q4_k_run), ("q5_K", q5_k_run), ("q6_K", q6_k_run)];
-        let mut rng = StdRng::seed_from_u64(16);
-        let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, 24)).sum();
-        assert!(compared > 10_000, "{compared}");
+        compare_all(&types, 16, 24);
     }
 
     /// The same for the `BIAS = 128` formats: IQ4_XS and the lattice types, against their
@@ -575,8 +490,6 @@ mod tests {
             ("iq3_xxs", tile_run::<Vnni, Iq3Xxs>),
             ("iq2_s", tile_run::<Vnni, Iq2S>),
         ];
-        let mut rng = StdRng::seed_from_u64(128);
-        let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, 14)).sum();
-        assert!(compared > 10_000, "{compared}");
+        compare_all(&types, 128, 14);
     }
 }

@@ -52,10 +52,10 @@ const fn sub_block(ty: u32) -> usize {
 /// `n · 2 · max_code · 128 ≤ 32767` (and a divisor of the sub-block's groups).
 const fn chunk(ty: u32) -> usize {
     match ty {
-        Q4_K => 8,       // codes ≤ 15: 8 · 3840
-        Q5_K => 4,       // ≤ 31: 4 · 7936
+        Q4_K => 8,        // codes ≤ 15: 8 · 3840
+        Q5_K => 4,        // ≤ 31: 4 · 7936
         Q2_K | Q3_K => 4, // ≤ 3 / ≤ 7: the whole 16-element sub-block
-        _ => 2,          // q6_K, ≤ 63: 2 · 16128
+        _ => 2,           // q6_K, ≤ 63: 2 · 16128
     }
 }
 
@@ -222,7 +222,8 @@ unsafe fn scaled_sums<const TY: u32>(
     let (wq, rs) = (p.wq.as_ptr().add(b * 256), nb * 256);
     let mut sum = [_mm256_setzero_si256(); R];
     for s in subs {
-        let scale: [__m256i; R] = core::array::from_fn(|r| _mm256_set1_epi32(*p.sc.get_unchecked((r * nb + b) * 16 + s) as i32));
+        let scale: [__m256i; R] =
+            core::array::from_fn(|r| _mm256_set1_epi32(*p.sc.get_unchecked((r * nb + b) * 16 + s) as i32));
         for c0 in (ngk * s..ngk * (s + 1)).step_by(chunk(TY)) {
             let mut a = [_mm256_setzero_si256(); R];
             for kg in c0..c0 + chunk(TY) {

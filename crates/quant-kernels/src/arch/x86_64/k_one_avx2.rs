@@ -29,7 +29,14 @@ const Q6_K_BYTES: usize = 210;
 /// AVX2, FMA, F16C present; `rows` rows of `nb` blocks at `w`, `nb` Q8_K blocks at `x`,
 /// `rows` floats at `y`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q4_k_one(w: *const u8, w_stride: usize, rows: usize, nb: usize, x: *const u8, y: *mut f32) -> usize {
+pub(super) unsafe fn q4_k_one(
+    w: *const u8,
+    w_stride: usize,
+    rows: usize,
+    nb: usize,
+    x: *const u8,
+    y: *mut f32,
+) -> usize {
     let m4 = _mm256_set1_epi8(0xF);
     let shuf: [__m256i; 8] = core::array::from_fn(|k| shuffle_k4(k));
     let r4 = rows - rows % 4;
@@ -60,9 +67,12 @@ pub(super) unsafe fn q4_k_one(w: *const u8, w_stride: usize, rows: usize, nb: us
                     let bits = load256(wb.add(16 + 32 * c));
                     let lo = _mm256_and_si256(bits, m4);
                     let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
-                    let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xs[2 * c]), _mm256_shuffle_epi8(sc, shuf[2 * c]));
-                    let ph =
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xs[2 * c + 1]), _mm256_shuffle_epi8(sc, shuf[2 * c + 1]));
+                    let pl =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xs[2 * c]), _mm256_shuffle_epi8(sc, shuf[2 * c]));
+                    let ph = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(hi, xs[2 * c + 1]),
+                        _mm256_shuffle_epi8(sc, shuf[2 * c + 1]),
+                    );
                     sum = _mm256_add_epi32(sum, _mm256_add_epi32(pl, ph));
                 }
                 is[i] = sum;
@@ -90,7 +100,14 @@ pub(super) unsafe fn q4_k_one(w: *const u8, w_stride: usize, rows: usize, nb: us
 /// # Safety
 /// As [`q4_k_one`].
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q6_k_one(w: *const u8, w_stride: usize, rows: usize, nb: usize, x: *const u8, y: *mut f32) -> usize {
+pub(super) unsafe fn q6_k_one(
+    w: *const u8,
+    w_stride: usize,
+    rows: usize,
+    nb: usize,
+    x: *const u8,
+    y: *mut f32,
+) -> usize {
     let r4 = rows - rows % 4;
     for r in (0..r4).step_by(4) {
         let mut acc = [_mm256_setzero_ps(); 4];

@@ -308,7 +308,18 @@ fn tile_from<const TY: u32, const WB: usize>(
     if t0 > 0 {
         // SAFETY: as below, for tokens `0..t0`.
         unsafe {
-            super::k8_avx2::run::<TY, WB>(t.w.as_ptr(), t.w_stride, t.rows, nb, t.x.as_ptr(), t.x_stride, t0, tiled, yp, y_stride)
+            super::k8_avx2::run::<TY, WB>(
+                t.w.as_ptr(),
+                t.w_stride,
+                t.rows,
+                nb,
+                t.x.as_ptr(),
+                t.x_stride,
+                t0,
+                tiled,
+                yp,
+                y_stride,
+            )
         };
     }
     while t0 < t.tokens {
@@ -363,92 +374,10 @@ k_kernel!(q6_k_tile, Q6_K, s::Q6_K_BYTES, avx2::q6_k_q8_k, Q6K);
 
 #[cfg(test)]
 mod tests {
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-
+    use super::super::engine_tests::{compare_all, Run};
     use super::*;
-    use crate::scalar::act::quantize_q8_k;
 
-    type Run = fn(&Tile<'_>, &mut [f32], usize, usize);
-
-    fn gauss(rng: &mut StdRng) -> f32 {
-        let u1: f32 = rng.gen_range(1e-7f32..1.0);
-        let u2: f32 = rng.gen();
-        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-    }
-
-    fn data(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..n).map(|_| gauss(rng) * scale).collect();
-        if n >= 512 && rng.gen_bool(0.3) {
-            v[256..288].fill(0.0);
-        }
-        if rng.gen_bool(0.3) {
-            let i = rng.gen_range(0..n);
-            v[i] *= 30.0;
-        }
-        v
-    }
-
-    /// Random tiles of `name` without (the oracle: the one-row kernel) and with the 8-token
-    /// engine, bit for bit; returns the outputs compared.
-    fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize) -> usize {
-        let traits = ggml_quants::lookup_name(name).unwrap();
-        let mut compared = 0usize;
-        for case in 0..cases {
-            let nb = [1, 2, 3, 8][case % 4];
-            let cols = nb * 256;
-            let rows = [8, 13, 24, 5, 7, 16][case % 6];
-            let tokens = [8, 16, 17, 33, 64, 9, 31][case % 7];
-            // Odd total rows make q4_K tiled; multiples of 8 take its batched path.
-            let total_rows = if case % 2 == 0 { rows * 8 } else { rows * 8 + 1 };
-            let batched = if case % 3 == 0 { tokens - tokens % 4 } else { tokens };
-            let wf = data(rng, rows * cols, 1.0);
-            let imatrix: Vec<f32> = (0..cols).map(|_| rng.gen_range(0.5f32..2.0)).collect();
-            let w = traits.quantize_to_vec(&wf, cols, Some(&imatrix)).unwrap();
-            let mut x = vec![0u8; tokens * nb * Q8_K_BYTES];
-            for t in 0..tokens {
-                let xf = data(rng, cols, 3.0);
-                quantize_q8_k(&xf, &mut x[t * nb * Q8_K_BYTES..(t + 1) * nb * Q8_K_BYTES]);
-            }
-            let tile = Tile {
-                n: cols,
-                w: &w,
-                w_stride: w.len() / rows,
-                rows,
-                x: &x,
-                x_stride: nb * Q8_K_BYTES,
-                tokens,
-                batched,
-                total_tokens: tokens,
-                total_rows,
-                expert: false,
-            };
-            let ys = rows + 3;
-            let mut want = vec![f32::NAN; tokens * ys];
-            let mut got = vec![f32::NAN; tokens * ys];
-            run(&tile, &mut want, ys, usize::MAX);
-            run(&tile, &mut got, ys, 1);
-            for t in 0..tokens {
-                for r in 0..rows {
-                    let (a, b) = (want[t * ys + r], got[t * ys + r]);
-                    assert!(a.is_finite(), "{name}: oracle output not finite");
-                    assert_eq!(
-                        a.to_bits(),
-                        b.to_bits(),
-                        "{name} rows {rows}/{total_rows} cols {cols} tokens {tokens} batched {batched}: \
-                         row {r} token {t}: {a} vs {b}"
-                    );
-                    compared += 1;
-                }
-                for r in rows..ys {
-                    assert!(got[t * ys + r].is_nan(), "{name}: wrote outside the tile");
-                }
-            }
-        }
-        compared
-    }
-
-    fn run_k<const TY: u32, const WB: usize>(t: &Tile<'_>, y: &mut [f32], ys: usize, from: usize) {
+    fn run_k<const TY: u32, const WB: usize>(t: &Tile<'_>, y: &mut [f32], ys: usize, engine: bool) {
         let vd = match TY {
             Q2_K => avx2::q2_k_q8_k,
             Q3_K => avx2::q3_k_q8_k,
@@ -456,7 +385,7 @@ mod tests {
             Q5_K => avx2::q5_k_q8_k,
             _ => avx2::q6_k_q8_k,
         };
-        tile_from::<TY, WB>(vd, t, y, ys, from)
+        tile_from::<TY, WB>(vd, t, y, ys, if engine { 1 } else { usize::MAX })
     }
 
     /// The 8-token engine against the one-row kernels it stands in for, bit for bit, over
@@ -475,8 +404,6 @@ mod tests {
             ("q5_K", run_k::<Q5_K, { s::Q5_K_BYTES }>),
             ("q6_K", run_k::<Q6_K, { s::Q6_K_BYTES }>),
         ];
-        let mut rng = StdRng::seed_from_u64(8);
-        let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, 24)).sum();
-        assert!(compared > 10_000, "{compared}");
+        compare_all(&types, 8, 24);
     }
 }

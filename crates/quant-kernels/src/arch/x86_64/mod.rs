@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 pub mod avx2;
+#[cfg(test)]
+mod engine_tests;
 pub mod flash;
 pub mod float256;
 pub mod float512;
