@@ -194,13 +194,26 @@ impl Layer {
 /// parallel (llama-1b Q4_0 on a 2-core AVX2 machine: see BENCHMARKS.md).
 fn repack_layers(layers: &mut [Layer]) -> Result<()> {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, layers.len().max(1));
-    if n == 1 {
-        return layers.iter_mut().try_for_each(Layer::repack);
-    }
-    let per = layers.len().div_ceil(n);
+    let per = layers.len().div_ceil(n).max(1);
     std::thread::scope(|s| {
-        let jobs: Vec<_> =
-            layers.chunks_mut(per).map(|c| s.spawn(move || c.iter_mut().try_for_each(Layer::repack))).collect();
+        let mut jobs = Vec::new();
+        let mut inline = Vec::new();
+        for c in layers.chunks_mut(per) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            // A thread that cannot be started (under a tight `ulimit -v`, say) leaves its
+            // chunk to this one.
+            match std::thread::Builder::new().spawn_scoped(s, move || {
+                let c: &mut [Layer] = rx.recv().expect("the chunk is sent once");
+                c.iter_mut().try_for_each(Layer::repack)
+            }) {
+                Ok(j) => {
+                    tx.send(c).expect("the thread is waiting for its chunk");
+                    jobs.push(j);
+                }
+                Err(_) => inline.push(c),
+            }
+        }
+        inline.into_iter().flat_map(|c| c.iter_mut()).try_for_each(Layer::repack)?;
         jobs.into_iter().try_for_each(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     })
 }
