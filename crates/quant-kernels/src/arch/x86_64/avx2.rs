@@ -10,6 +10,8 @@
 
 use core::arch::x86_64::*;
 
+use crate::scalar::ops::DotLayout;
+
 use super::has_avx2;
 use crate::scalar::act::{Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES};
 use crate::scalar::{act as sact, dots as sd, legacy as sl};
@@ -600,12 +602,43 @@ macro_rules! half_dot {
     };
 }
 
-half_dot!(f16_f16_imp, load_f16x8, |h: u16| half::f16::from_bits(h).to_f32());
 half_dot!(bf16_bf16_imp, load_bf16x8, |h: u16| f32::from_bits((h as u32) << 16));
 
+/// `ggml_vec_dot_f16` of an AVX2 build: four 8-lane fma accumulators over 32-element
+/// steps, `GGML_F32x8_REDUCE` (`(a0 + a2) + (a1 + a3)`, halves, two `hadd`s), the
+/// leftovers added in `ggml_float` (f64).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_f16_imp(n: usize, w: *const u8, x: *const u8) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let np = n - n % 32;
+    for i in (0..np).step_by(32) {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(load_f16x8(w.add(2 * (i + 8 * k))), load_f16x8(x.add(2 * (i + 8 * k))), *acc);
+        }
+    }
+    let mut lanes = [0f32; 32];
+    for (k, acc) in acc.iter().enumerate() {
+        _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *acc);
+    }
+    let mut sum = DotLayout::Avx2.reduce(&lanes) as f64;
+    let h = |p: *const u8, i: usize| half::f16::from_bits((p.add(2 * i) as *const u16).read_unaligned()).to_f32();
+    for i in np..n {
+        sum += (h(w, i) * h(x, i)) as f64;
+    }
+    sum as f32
+}
+
+/// The scalar twin of [`f16_f16`]: [`crate::scalar::ops::dot_f16_ggml`] in the AVX2 layout.
+fn f16_f16_twin(n: usize, w: &[u8], x: &[u8]) -> f32 {
+    let v = |b: &[u8]| -> Vec<half::f16> {
+        b[..2 * n].chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]])).collect()
+    };
+    crate::scalar::ops::dot_f16_ggml(&v(w), &v(x), DotLayout::Avx2)
+}
+
 safe_dot!(
-    /// `ggml_vec_dot_f16` (AVX2 + F16C).
-    f16_f16, f16_f16_imp, 1, 2, 2, sd::f16_f16
+    /// `ggml_vec_dot_f16` (AVX2 + F16C; twin: `f16_f16_twin`).
+    f16_f16, f16_f16_imp, 1, 2, 2, f16_f16_twin
 );
 safe_dot!(
     /// `ggml_vec_dot_bf16` (AVX2: widen to f32 and FMA).
