@@ -33,15 +33,15 @@ fn data(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
 /// multiple of 8 or not, so q2_K/q4_K take their repacked and their tiled arithmetic;
 /// all or some tokens batched) through `run` without and with the engine, bit for bit,
 /// nothing written outside the tile; returns the outputs compared.
-fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize) -> usize {
+fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize, shape: &Shape) -> usize {
     let traits = ggml_quants::lookup_name(name).unwrap();
     let mut compared = 0usize;
     for case in 0..cases {
         let nb = [1, 2, 3, 8][case % 4];
         let cols = nb * 256;
-        let rows = [8, 13, 24, 5, 7, 16, 40][case % 7];
+        let rows = shape.rows[case % shape.rows.len()];
         let tokens = [8, 16, 17, 33, 64, 9, 31][(case + case / 7) % 7];
-        let total_rows = if case % 2 == 0 { rows * 8 } else { rows * 8 + 1 };
+        let total_rows = (shape.total_rows)(case, rows);
         let batched = if case % 3 == 0 { tokens - tokens % 4 } else { tokens };
         let wf = data(rng, rows * cols, 1.0);
         let imatrix: Vec<f32> = (0..cols).map(|_| rng.gen_range(0.5f32..2.0)).collect();
@@ -89,10 +89,17 @@ fn compare(name: &str, run: Run, rng: &mut StdRng, cases: usize) -> usize {
     compared
 }
 
+/// The tile shapes a test draws from: weight rows per tile, and the matrix's total rows
+/// (which pick q2_K/q4_K's repacked or tiled arithmetic) for case `case` of `rows` rows.
+pub(super) struct Shape {
+    pub rows: &'static [usize],
+    pub total_rows: fn(usize, usize) -> usize,
+}
+
 /// [`compare`] over every `(name, run)` of `types`, `cases` tiles each from RNG `seed`;
 /// panics unless more than 10 000 outputs were compared.
-pub(super) fn compare_all(types: &[(&str, Run)], seed: u64, cases: usize) {
+pub(super) fn compare_all(types: &[(&str, Run)], seed: u64, cases: usize, shape: &Shape) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, cases)).sum();
+    let compared: usize = types.iter().map(|&(name, run)| compare(name, run, &mut rng, cases, shape)).sum();
     assert!(compared > 10_000, "{compared}");
 }

@@ -374,7 +374,7 @@ k_kernel!(q6_k_tile, Q6_K, s::Q6_K_BYTES, avx2::q6_k_q8_k, Q6K);
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine_tests::{compare_all, Run};
+    use super::super::engine_tests::{compare_all, Run, Shape};
     use super::*;
 
     fn run_k<const TY: u32, const WB: usize>(t: &Tile<'_>, y: &mut [f32], ys: usize, engine: bool) {
@@ -404,6 +404,11 @@ mod tests {
             ("q5_K", run_k::<Q5_K, { s::Q5_K_BYTES }>),
             ("q6_K", run_k::<Q6_K, { s::Q6_K_BYTES }>),
         ];
-        compare_all(&types, 8, 24);
+        compare_all(
+            &types,
+            8,
+            24,
+            &Shape { rows: &[8, 13, 24, 5, 7, 16, 40], total_rows: |case, rows| rows * 8 + case % 2 },
+        );
     }
 }
