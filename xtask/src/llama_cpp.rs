@@ -28,6 +28,31 @@ pub const CONFIGURE_FLAGS: &[&str] = &[
     "-DLLAMA_BUILD_TESTS=ON",
 ];
 
+/// The C/C++ flags added on a CPU that reports AMX (`amx_int8` in `/proc/cpuinfo`): the
+/// pinned source's AMX path (`ggml_backend_amx_mul_mat`, chosen by `-march=native` there)
+/// segfaults on every model on the Sapphire Rapids VMs of this workplace (2026-12-06,
+/// gdb backtrace in BENCHMARKS.md), so the reference there is the native build without
+/// AMX — the same AVX-512 VNNI kernels the engine competes with. Explicit `-mno-*` flags
+/// win over `-march=native` in GCC whatever their order.
+const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+
+/// Whether this CPU reports AMX.
+fn cpu_has_amx() -> bool {
+    fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| {
+        s.lines().filter(|l| l.starts_with("flags")).any(|l| l.split_whitespace().any(|f| f == "amx_int8"))
+    })
+}
+
+/// [`CONFIGURE_FLAGS`] plus, on an AMX CPU, [`NO_AMX`] for C and C++.
+pub fn configure_flags() -> Vec<String> {
+    let mut flags: Vec<String> = CONFIGURE_FLAGS.iter().map(|s| s.to_string()).collect();
+    if cpu_has_amx() {
+        flags.push(format!("-DCMAKE_C_FLAGS={NO_AMX}"));
+        flags.push(format!("-DCMAKE_CXX_FLAGS={NO_AMX}"));
+    }
+    flags
+}
+
 /// The targets built.
 pub const TARGETS: &[&str] = &[
     "llama-completion",
@@ -80,7 +105,7 @@ pub fn libggml_base(cache: &Path) -> PathBuf {
 }
 
 fn stamp_text(targets: &[&str]) -> String {
-    format!("{}\n-G Ninja {}\n{}\n", models::LLAMA_CPP_PYTHON, CONFIGURE_FLAGS.join(" "), targets.join(" "))
+    format!("{}\n-G Ninja {}\n{}\n", models::LLAMA_CPP_PYTHON, configure_flags().join(" "), targets.join(" "))
 }
 
 fn outputs_present(build: &Path, lib_only: bool) -> bool {
@@ -162,10 +187,10 @@ fn other_build_running(cache: &Path) -> bool {
         .is_some_and(|age| age.as_secs() < 600)
 }
 
-/// Whether `CMakeCache.txt` holds every flag of [`CONFIGURE_FLAGS`] (`NAME:TYPE=VALUE`).
+/// Whether `CMakeCache.txt` holds every flag of [`configure_flags`] (`NAME:TYPE=VALUE`).
 fn cache_matches(build: &Path) -> bool {
     let Ok(text) = fs::read_to_string(build.join("CMakeCache.txt")) else { return false };
-    CONFIGURE_FLAGS.iter().all(|flag| {
+    configure_flags().iter().all(|flag| {
         let Some((name, value)) = flag.trim_start_matches("-D").split_once('=') else { return false };
         text.lines().any(|l| {
             l.split_once('=').is_some_and(|(k, v)| k.split(':').next() == Some(name) && v.eq_ignore_ascii_case(value))
@@ -190,7 +215,7 @@ pub fn run(cache: &Path, force: bool, lib_only: bool) -> Result<PathBuf> {
     ensure_tools(&sh)?;
     let configured = build.join("build.ninja").is_file() && cache_matches(&build);
     if !configured || force {
-        let flags = CONFIGURE_FLAGS;
+        let flags = configure_flags();
         cmd!(sh, "cmake -S {src} -B {build} -G Ninja {flags...}").run().context("configuring llama.cpp")?;
     }
     let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
