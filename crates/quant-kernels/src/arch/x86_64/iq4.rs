@@ -450,7 +450,7 @@ unsafe fn b32_rep8<M: Mac, const T: usize, const MX: bool>(
     for b in 0..nb {
         if t0 == 0 {
             for l in 0..pf_per_block {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add((b * pf_per_block + l) * 64) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add((b * pf_per_block + l) * 64) as *const i8);
             }
         }
         let wb = w0.add(b * wbytes);

@@ -14,6 +14,7 @@
 
 use core::arch::x86_64::*;
 
+use super::tiles::Ahead;
 use super::vnni::has_vnni;
 use crate::registry::{Repack, Tile};
 use crate::scalar::act::Q8_0_BYTES;
@@ -189,7 +190,13 @@ unsafe fn imp<const T: usize>(
     for g in 0..rows / 8 {
         let gw = w.add(g * 8 * nb * WB);
         let mut acc = [_mm256_setzero_ps(); T];
+        let mut ahead = Ahead::new(gw.wrapping_add(8 * nb * WB));
         for b in 0..nb {
+            // One token: the next group's bytes are fetched to L2 one block per block
+            // (llama-1b Q4_0 tg64 on Sapphire Rapids, 2 threads: 19.7 → 23.5 t/s).
+            if T == 1 {
+                ahead.advance(GROUP_BLOCK);
+            }
             let p = gw.add(b * GROUP_BLOCK);
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
             let mut lo = [_mm256_setzero_si256(); 4];

@@ -521,7 +521,7 @@ unsafe fn repack_rows8<const T: usize>(
         for b in 0..nb {
             let mut o = b * per_block;
             while o < ((b + 1) * per_block).min(span) {
-                _mm_prefetch::<_MM_HINT_T0>(next.add(o) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(next.add(o) as *const i8);
                 o += 64;
             }
             let mut dh = [0u16; 8];
