@@ -39,17 +39,20 @@ fn matrix(name: &str, rows: usize, cols: usize, s: &mut u64) -> (u32, Vec<u8>) {
 #[test]
 fn vec_dot_types_give_the_same_bits_in_any_batch() {
     let pool = Pool::new(2);
+    // 27 rows: a tail past the kernels' 4-row passes; 360 rows of 512 q8_0 columns: more
+    // than one L2 row chunk of a 64-token tile; 70 tokens: two such tiles.
     for name in ["q4_1", "q5_0", "q5_1", "q8_0"] {
-        let (rows, cols) = (24, 512);
-        let mut s = 7u64;
-        let (id, wq) = matrix(name, rows, cols, &mut s);
-        let m = Matrix::new(id, &wq, rows, cols).unwrap();
-        let x: Vec<f32> = (0..21 * cols).map(|_| rng(&mut s)).collect();
-        for n in [8usize, 9, 16, 21] {
-            for tok in 0..n {
+        for (rows, cols) in [(27, 512), (360, 512)] {
+            let mut s = 7u64;
+            let (id, wq) = matrix(name, rows, cols, &mut s);
+            let m = Matrix::new(id, &wq, rows, cols).unwrap();
+            let x: Vec<f32> = (0..70 * cols).map(|_| rng(&mut s)).collect();
+            for tok in 0..70 {
                 same_bits(name, &m, &x[tok * cols..], cols, 1, 1, &pool);
             }
-            same_bits(name, &m, &x, cols, n, 1, &pool);
+            for n in [4usize, 6, 8, 9, 16, 21, 70] {
+                same_bits(name, &m, &x, cols, n, 1, &pool);
+            }
         }
     }
 }

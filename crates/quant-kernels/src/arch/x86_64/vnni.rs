@@ -192,6 +192,16 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
     }
 }
 
+/// Tokens per prompt tile of the legacy kernels (all rows; see [`LEGACY_ROW_CHUNK_BYTES`]).
+pub const LEGACY_TILE_TOKENS: usize = 64;
+
+/// Weight bytes of a chunk of rows that all of a legacy tile's 8-token groups run against
+/// (an L2 share beside the tile's activations and their set-up).
+const LEGACY_ROW_CHUNK_BYTES: usize = 192 * 1024;
+
+/// Rows per pass of the two-token kernels (each activation load serves this many rows).
+const PAIR_ROWS: usize = 4;
+
 /// How far ahead of its reads the two-token kernels prefetch weights, in bytes.
 const PREFETCH: usize = 1024;
 
@@ -272,11 +282,12 @@ macro_rules! legacy_tile {
         /// runs the operations of the 256-bit kernel in the same order (the weights
         /// broadcast to both halves, each half's `d_w·d_x` its token's), and the `m·s`
         /// terms of 8 tokens run as one lane-wise fma per block (`f32::mul_add` per
-        /// lane), so each result has the bits of the one-token kernel. Not for
-        /// `l.repack`.
+        /// lane), so each result has the bits of the one-token kernel. `R` rows share
+        /// each activation load (a row's arithmetic does not depend on its neighbours);
+        /// rows past the last multiple of `R` go through `R = 1`. Not for `l.repack`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn $pairs<const P: usize>(
+        unsafe fn $pairs<const P: usize, const R: usize>(
             w: *const u8,
             w_stride: usize,
             rows: usize,
@@ -297,44 +308,61 @@ macro_rules! legacy_tile {
                 let (a, b) = (2 * j as i32, 2 * j as i32 + 1);
                 *v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
             }
-            for r in 0..rows {
+            let full = rows / R * R;
+            for r in (0..full).step_by(R) {
                 let wr = w.add(r * w_stride);
-                let mut acc = [_mm512_setzero_ps(); P];
-                let mut summ = _mm256_setzero_ps();
+                let mut acc = [[_mm512_setzero_ps(); P]; R];
+                let mut summ = [_mm256_setzero_ps(); R];
                 for b in 0..nb {
-                    let wb = wr.add(b * l.wb);
-                    // The rows ahead (a tile's rows are contiguous), so that a weight
-                    // stream from DRAM does not stall the loop.
-                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH) as *const i8);
-                    let q = _mm512_broadcast_i64x4($unpack(wb));
-                    let (dw, mw) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
-                    let dd = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
-                    let dd = _mm512_castps256_ps512(dd);
+                    let mut q = [_mm512_setzero_si512(); R];
+                    let mut dd = [_mm512_setzero_ps(); R];
+                    let mut mw = [0f32; R];
+                    for i in 0..R {
+                        let wb = wr.add(i * w_stride + b * l.wb);
+                        // The rows ahead (a tile's rows are contiguous), so that a weight
+                        // stream from DRAM does not stall the loop.
+                        _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH) as *const i8);
+                        q[i] = _mm512_broadcast_i64x4($unpack(wb));
+                        let (dw, m) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
+                        mw[i] = m;
+                        let d = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
+                        dd[i] = _mm512_castps256_ps512(d);
+                    }
                     let base = b * pairs + j0;
-                    for (j, acc) in acc.iter_mut().enumerate() {
+                    for j in 0..P {
                         let xq = *p.xp.get_unchecked(base + j);
                         let init = if l.offset != 0 { *p.offp.get_unchecked(base + j) } else { _mm512_setzero_si512() };
-                        let dot = _mm512_dpbusd_epi32(init, q, xq);
-                        let d = _mm512_permutexvar_ps(idx[j], dd);
-                        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), *acc);
+                        for i in 0..R {
+                            let dot = _mm512_dpbusd_epi32(init, q[i], xq);
+                            let d = _mm512_permutexvar_ps(idx[j], dd[i]);
+                            acc[i][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[i][j]);
+                        }
                     }
                     if l.has_min {
                         let s = _mm256_loadu_ps(p.s.as_ptr().add(b * tokens + t0));
-                        summ = _mm256_fmadd_ps(_mm256_set1_ps(mw), s, summ);
-                    }
-                }
-                let mut sm = [0f32; 8];
-                _mm256_storeu_ps(sm.as_mut_ptr(), summ);
-                for (j, acc) in acc.iter().enumerate() {
-                    let lo = _mm512_castps512_ps256(*acc);
-                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
-                    for (h, v) in [lo, hi].into_iter().enumerate() {
-                        let t = 2 * j + h;
-                        if t < nt {
-                            *y.add((t0 + t) * y_stride + r) = hsum_float_8(v) + sm[t];
+                        for i in 0..R {
+                            summ[i] = _mm256_fmadd_ps(_mm256_set1_ps(mw[i]), s, summ[i]);
                         }
                     }
                 }
+                for i in 0..R {
+                    let mut sm = [0f32; 8];
+                    _mm256_storeu_ps(sm.as_mut_ptr(), summ[i]);
+                    for (j, acc) in acc[i].iter().enumerate() {
+                        let lo = _mm512_castps512_ps256(*acc);
+                        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
+                        for (h, v) in [lo, hi].into_iter().enumerate() {
+                            let t = 2 * j + h;
+                            if t < nt {
+                                *y.add((t0 + t) * y_stride + r + i) = hsum_float_8(v) + sm[t];
+                            }
+                        }
+                    }
+                }
+            }
+            if full < rows {
+                let w = w.add(full * w_stride);
+                $pairs::<P, 1>(w, w_stride, rows - full, nb, p, tokens, t0, nt, y.add(full), y_stride);
             }
         }
 
@@ -439,38 +467,47 @@ macro_rules! legacy_tile {
             unsafe {
                 let mut p = PREP.with(|c| c.take());
                 prep_legacy(&l, t.x.as_ptr(), t.x_stride, t.tokens, nb, &mut p);
-                let (w, x, yp) = (t.w.as_ptr(), t.x.as_ptr(), y.as_mut_ptr());
-                let mut t0 = 0;
-                while t0 < t.tokens {
-                    let (w, ws, r, xs, n) = (w, t.w_stride, t.rows, t.x_stride, t.tokens);
-                    let nt = (t.tokens - t0).min(8);
-                    match (l.repack, nt) {
-                        // Measured (AMD Zen 4): two rows per vector for 2, odd token
-                        // counts and 4 with a min term; two tokens per vector else. One
-                        // token: two rows per vector too, with the weights prefetched to
-                        // L2 (`prefetcht1`) ahead of the pair — llama-1b Q8_0 decode on a
-                        // Sapphire Rapids VM 12.4 → 19.3 t/s against the one-row kernel,
-                        // which has no software prefetch (it was chosen on Zen 4, where the
-                        // hardware prefetcher alone kept up with one row stream).
-                        (false, 2) => $rows2::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (false, 3) => $rows2::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (false, 4) if l.has_min => $rows2::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (false, 4) => $pairs::<2>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
-                        (false, 5) => $rows2::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (false, 6) => $pairs::<3>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
-                        (false, 7) => $rows2::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (false, 1) => $rows2::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (false, 8) => $pairs::<4>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
-                        (_, 1) => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (_, 2) => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (_, 3) => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (_, 4) => $imp::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (_, 5) => $imp::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (_, 6) => $imp::<6>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        (_, 7) => $imp::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                        _ => $imp::<8>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                // The rows in L2-sized chunks, each against every 8-token group: a wide
+                // tile (`LEGACY_TILE_TOKENS`) reads its weights from memory once and sets
+                // up its activations once. No row's arithmetic depends on the chunking.
+                let chunk = (LEGACY_ROW_CHUNK_BYTES / t.w_stride).max(16) / 16 * 16;
+                let x = t.x.as_ptr();
+                for c0 in (0..t.rows).step_by(chunk) {
+                    let w = t.w.as_ptr().add(c0 * t.w_stride);
+                    let yp = y.as_mut_ptr().add(c0);
+                    let r = chunk.min(t.rows - c0);
+                    let mut t0 = 0;
+                    while t0 < t.tokens {
+                        let (ws, xs, n) = (t.w_stride, t.x_stride, t.tokens);
+                        let nt = (t.tokens - t0).min(8);
+                        match (l.repack, nt) {
+                            // Measured (AMD Zen 4): two rows per vector for 2, odd token
+                            // counts and 4 with a min term; two tokens per vector else. One
+                            // token: two rows per vector too, with the weights prefetched to
+                            // L2 (`prefetcht1`) ahead of the pair — llama-1b Q8_0 decode on a
+                            // Sapphire Rapids VM 12.4 → 19.3 t/s against the one-row kernel,
+                            // which has no software prefetch (it was chosen on Zen 4, where the
+                            // hardware prefetcher alone kept up with one row stream).
+                            (false, 2) => $rows2::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (false, 3) => $rows2::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (false, 4) if l.has_min => $rows2::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (false, 4) => $pairs::<2, PAIR_ROWS>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            (false, 5) => $rows2::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (false, 6) => $pairs::<3, PAIR_ROWS>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            (false, 7) => $rows2::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (false, 1) => $rows2::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (false, 8) => $pairs::<4, PAIR_ROWS>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            (_, 1) => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (_, 2) => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (_, 3) => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (_, 4) => $imp::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (_, 5) => $imp::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (_, 6) => $imp::<6>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            (_, 7) => $imp::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                            _ => $imp::<8>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
+                        }
+                        t0 += 8;
                     }
-                    t0 += 8;
                 }
                 PREP.with(|c| c.set(p));
             }
