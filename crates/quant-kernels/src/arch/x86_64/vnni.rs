@@ -133,6 +133,9 @@ struct Prep {
     xp: Vec<__m512i>,
     /// `offp[b·pairs + j]`: `off` of the same two (token, block)s.
     offp: Vec<__m512i>,
+    /// `dxp[b·pairs + j]`: the activation scales of the same two (token, block)s, each
+    /// in its 8 lanes.
+    dxp: Vec<__m512>,
 }
 
 /// Two 256-bit halves → one 512-bit vector (`lo` in bits 0..256).
@@ -144,12 +147,13 @@ unsafe fn join256(lo: __m256i, hi: __m256i) -> __m512i {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, nb: usize, p: &mut Prep) {
-    let Prep { d, s, off, xp, offp } = p;
+    let Prep { d, s, off, xp, offp, dxp } = p;
     d.clear();
     s.clear();
     off.clear();
     xp.clear();
     offp.clear();
+    dxp.clear();
     // `d` and `s` are block-major (`d[b·tokens + t]`) so that a block's scales for 8
     // consecutive tokens load as one vector; 8 floats of padding keep that load in bounds.
     d.resize(nb * tokens + 8, 0.0);
@@ -185,6 +189,9 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
             let (t, u) = (2 * j, 2 * j + 1);
             let xq = |t: usize| load256(x.add(t * x_stride + b * l.xb + l.xq));
             xp.push(join256(xq(t), if u < tokens { xq(u) } else { z }));
+            let du = if u < tokens { d[b * tokens + u] } else { 0.0 };
+            let (dt, du) = (_mm256_set1_ps(d[b * tokens + t]), _mm256_set1_ps(du));
+            dxp.push(_mm512_castsi512_ps(join256(_mm256_castps_si256(dt), _mm256_castps_si256(du))));
             if l.offset != 0 {
                 offp.push(join256(off[t * nb + b], if u < tokens { off[u * nb + b] } else { z }));
             }
@@ -302,12 +309,6 @@ macro_rules! legacy_tile {
             let l = $l;
             let pairs = tokens.div_ceil(2);
             let j0 = t0 / 2;
-            // Lanes 0..8 take `dd[2j]`, lanes 8..16 `dd[2j+1]`.
-            let mut idx = [_mm512_setzero_si512(); P];
-            for (j, v) in idx.iter_mut().enumerate() {
-                let (a, b) = (2 * j as i32, 2 * j as i32 + 1);
-                *v = _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
-            }
             let full = rows / R * R;
             for r in (0..full).step_by(R) {
                 let wr = w.add(r * w_stride);
@@ -315,7 +316,7 @@ macro_rules! legacy_tile {
                 let mut summ = [_mm256_setzero_ps(); R];
                 for b in 0..nb {
                     let mut q = [_mm512_setzero_si512(); R];
-                    let mut dd = [_mm512_setzero_ps(); R];
+                    let mut dw = [_mm512_setzero_ps(); R];
                     let mut mw = [0f32; R];
                     for i in 0..R {
                         let wb = wr.add(i * w_stride + b * l.wb);
@@ -323,18 +324,19 @@ macro_rules! legacy_tile {
                         // stream from DRAM does not stall the loop.
                         _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH) as *const i8);
                         q[i] = _mm512_broadcast_i64x4($unpack(wb));
-                        let (dw, m) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
+                        let (d, m) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
                         mw[i] = m;
-                        let d = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(p.d.as_ptr().add(b * tokens + t0)));
-                        dd[i] = _mm512_castps256_ps512(d);
+                        dw[i] = _mm512_set1_ps(d);
                     }
                     let base = b * pairs + j0;
                     for j in 0..P {
                         let xq = *p.xp.get_unchecked(base + j);
                         let init = if l.offset != 0 { *p.offp.get_unchecked(base + j) } else { _mm512_setzero_si512() };
+                        let dx = p.dxp.as_ptr().add(base + j);
                         for i in 0..R {
                             let dot = _mm512_dpbusd_epi32(init, q[i], xq);
-                            let d = _mm512_permutexvar_ps(idx[j], dd[i]);
+                            // d_w·d_x of each half's token, rounded as the scalar product.
+                            let d = _mm512_mul_ps(dw[i], *dx);
                             acc[i][j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[i][j]);
                         }
                     }
