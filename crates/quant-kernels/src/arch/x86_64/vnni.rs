@@ -51,6 +51,20 @@ pub(super) unsafe fn hsum_float_8(x: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// [`hsum_float_8`] of both 256-bit halves of `x` at once, each with its exact pairing
+/// (`(a0+a4)+(a2+a6)` + `(a1+a5)+(a3+a7)`), in half the operations of two calls.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+pub(super) unsafe fn hsum_float_8_pair(x: __m512) -> [f32; 2] {
+    // 128-bit blocks swapped within each half: lanes 0..4 hold a_i + a_{i+4}.
+    let s = _mm512_add_ps(x, _mm512_shuffle_f32x4::<0b10_11_00_01>(x, x));
+    // Lanes 0, 1: (a0+a4)+(a2+a6), (a1+a5)+(a3+a7) (`movehl`).
+    let s = _mm512_add_ps(s, _mm512_permute_ps::<0b01_00_11_10>(s));
+    // Lane 0: their sum (`movehdup`, `add_ss`).
+    let s = _mm512_add_ps(s, _mm512_permute_ps::<0b10_11_00_01>(s));
+    [_mm512_cvtss_f32(s), _mm_cvtss_f32(_mm512_extractf32x4_ps::<2>(s))]
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 pub(super) unsafe fn hsum_i32_8(a: __m256i) -> i32 {
@@ -199,7 +213,7 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
     }
 }
 
-/// Tokens per prompt tile of the legacy kernels (all rows; see [`LEGACY_ROW_CHUNK_BYTES`]).
+/// Tokens per prompt tile of the legacy kernels (all rows, run in L2-sized row chunks).
 pub const LEGACY_TILE_TOKENS: usize = 64;
 
 /// Weight bytes of a chunk of rows that all of a legacy tile's 8-token groups run against
@@ -351,12 +365,11 @@ macro_rules! legacy_tile {
                     let mut sm = [0f32; 8];
                     _mm256_storeu_ps(sm.as_mut_ptr(), summ[i]);
                     for (j, acc) in acc[i].iter().enumerate() {
-                        let lo = _mm512_castps512_ps256(*acc);
-                        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*acc)));
-                        for (h, v) in [lo, hi].into_iter().enumerate() {
+                        let v = hsum_float_8_pair(*acc);
+                        for (h, v) in v.into_iter().enumerate() {
                             let t = 2 * j + h;
                             if t < nt {
-                                *y.add((t0 + t) * y_stride + r + i) = hsum_float_8(v) + sm[t];
+                                *y.add((t0 + t) * y_stride + r + i) = v + sm[t];
                             }
                         }
                     }
@@ -442,11 +455,10 @@ macro_rules! legacy_tile {
                     }
                 }
                 for t in 0..T {
-                    let lo = _mm512_castps512_ps256(acc[t]);
-                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[t])));
+                    let [lo, hi] = hsum_float_8_pair(acc[t]);
                     let yr = y.add((t0 + t) * y_stride + r);
-                    *yr = hsum_float_8(lo) + _mm_cvtss_f32(summ[t]);
-                    *yr.add(1) = hsum_float_8(hi) + _mm_cvtss_f32(_mm_movehdup_ps(summ[t]));
+                    *yr = lo + _mm_cvtss_f32(summ[t]);
+                    *yr.add(1) = hi + _mm_cvtss_f32(_mm_movehdup_ps(summ[t]));
                 }
             }
             if rows % 2 == 1 {
@@ -1343,3 +1355,39 @@ k_tile!(q3_k_tile, q3_k_run, q3_k_q8_k, q3_k_imp, q3_k_pairs, 110, decode_q3_k, 
 k_tile!(q4_k_tile, q4_k_run, q4_k_q8_k, q4_k_imp, q4_k_pairs, 144, decode_q4_k, MODE_Q4, None, unless_repacked);
 k_tile!(q5_k_tile, q5_k_run, q5_k_q8_k, q5_k_imp, q5_k_pairs, 176, decode_q5_k, MODE_Q5, None, always);
 k_tile!(q6_k_tile, q6_k_run, q6_k_q8_k, q6_k_imp, q6_k_pairs, 210, decode_q6_k, MODE_Q6, None, always);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hsum_pair_has_the_bits_of_two_hsum_float_8() {
+        if !has_vnni() {
+            return;
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            // Values of mixed magnitude and sign (and exact zeros), so that the pairing
+            // changes the rounding.
+            let m = ((seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5) as f32;
+            let e = ((seed >> 3) % 40) as i32 - 20;
+            if seed.is_multiple_of(17) {
+                -0.0
+            } else {
+                m * 2f32.powi(e)
+            }
+        };
+        for _ in 0..100_000 {
+            let v: [f32; 16] = std::array::from_fn(|_| next());
+            // SAFETY: the features were checked above.
+            unsafe {
+                let x = _mm512_loadu_ps(v.as_ptr());
+                let got = hsum_float_8_pair(x);
+                let lo = hsum_float_8(_mm256_loadu_ps(v.as_ptr()));
+                let hi = hsum_float_8(_mm256_loadu_ps(v.as_ptr().add(8)));
+                assert_eq!((got[0].to_bits(), got[1].to_bits()), (lo.to_bits(), hi.to_bits()), "{v:?}");
+            }
+        }
+    }
+}
