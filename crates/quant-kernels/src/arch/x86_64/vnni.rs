@@ -5,8 +5,8 @@
 //! The arithmetic per output is that of 256-bit (8-lane) kernels; several tokens run as
 //! 512-bit vectors whose two 256-bit halves are two such kernels side by side (two tokens
 //! of one row, or two rows of one token), every lane doing the same operations in the same
-//! order, so the bits never depend on how many tokens share a tile. One token keeps the
-//! one-row 256-bit loop.
+//! order, so the bits never depend on how many tokens share a tile. One token runs two
+//! rows per 512-bit vector for the legacy types (with a weight prefetch stream to L2).
 //!
 //! Integer lane sums equal those of ggml's AVX2 kernels (`mul_sum_i8_pairs_float` /
 //! `mul_sum_us8_pairs_float`, which on a VNNI build are `vpdpbusd` too): signed weights
