@@ -83,7 +83,7 @@ mod x86 {
                 Kernel::new(<$ty as GgmlType>::ID, "avx512vnni", 20, <$act as GgmlType>::ID, $f)
                     .with_available(vnni::has_vnni)
                     .with_tile($tile)
-                    .with_tile_tokens(vnni::LEGACY_TILE_TOKENS)
+                    .with_tile_tokens(crate::arch::x86_64::legacy_avx2::TILE_TOKENS)
                     $(.with_repack($repack))?
             }
         };

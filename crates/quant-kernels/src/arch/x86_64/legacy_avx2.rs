@@ -50,10 +50,11 @@ const T_MAX: usize = 8;
 
 /// Weight bytes of a chunk of rows that all of a tile's token groups run against (an L2
 /// share, beside the tile's activations: 64 tokens of 2048 q8_0 columns are 136 KiB).
-const ROW_CHUNK_BYTES: usize = 192 * 1024;
+pub(super) const ROW_CHUNK_BYTES: usize = 192 * 1024;
 
-/// Tokens per prompt tile (all rows; see [`ROW_CHUNK_BYTES`]).
-const TILE_TOKENS: usize = 64;
+/// Tokens per prompt tile of the legacy types, here and in the VNNI tiles (all rows, run in
+/// L2-sized row chunks).
+pub const TILE_TOKENS: usize = 64;
 
 thread_local! {
     /// Per-thread scales of a tile ([`SC`] floats per block).

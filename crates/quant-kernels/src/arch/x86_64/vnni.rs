@@ -213,13 +213,6 @@ unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, 
     }
 }
 
-/// Tokens per prompt tile of the legacy kernels (all rows, run in L2-sized row chunks).
-pub const LEGACY_TILE_TOKENS: usize = 64;
-
-/// Weight bytes of a chunk of rows that all of a legacy tile's 8-token groups run against
-/// (an L2 share beside the tile's activations and their set-up).
-const LEGACY_ROW_CHUNK_BYTES: usize = 192 * 1024;
-
 /// Rows per pass of the two-token kernels (each activation load serves this many rows).
 const PAIR_ROWS: usize = 4;
 
@@ -482,9 +475,10 @@ macro_rules! legacy_tile {
                 let mut p = PREP.with(|c| c.take());
                 prep_legacy(&l, t.x.as_ptr(), t.x_stride, t.tokens, nb, &mut p);
                 // The rows in L2-sized chunks, each against every 8-token group: a wide
-                // tile (`LEGACY_TILE_TOKENS`) reads its weights from memory once and sets
-                // up its activations once. No row's arithmetic depends on the chunking.
-                let chunk = (LEGACY_ROW_CHUNK_BYTES / t.w_stride).max(16) / 16 * 16;
+                // tile (`legacy_avx2::TILE_TOKENS`, the AVX2 tiles' shape) reads its weights
+                // from memory once and sets up its activations once. No row's arithmetic
+                // depends on the chunking.
+                let chunk = (super::legacy_avx2::ROW_CHUNK_BYTES / t.w_stride).max(16) / 16 * 16;
                 let x = t.x.as_ptr();
                 for c0 in (0..t.rows).step_by(chunk) {
                     let w = t.w.as_ptr().add(c0 * t.w_stride);
