@@ -77,26 +77,7 @@ impl Rope {
 
     /// Rotates one head vector in place with a cache from [`Rope::cache`].
     pub fn apply(&self, cache: &[f32], x: &mut [f32]) {
-        match self.mode {
-            RopeMode::Normal => {
-                for i0 in (0..self.n_rot).step_by(2) {
-                    let (c, s) = (cache[i0], cache[i0 + 1]);
-                    let (x0, x1) = (x[i0], x[i0 + 1]);
-                    x[i0] = x0.mul_add(c, -(x1 * s));
-                    x[i0 + 1] = x0.mul_add(s, x1 * c);
-                }
-            }
-            RopeMode::Neox => {
-                let half = self.n_rot / 2;
-                for i0 in (0..self.n_rot).step_by(2) {
-                    let (c, s) = (cache[i0], cache[i0 + 1]);
-                    let i = i0 / 2;
-                    let (x0, x1) = (x[i], x[i + half]);
-                    x[i] = x0.mul_add(c, -(x1 * s));
-                    x[i + half] = x0.mul_add(s, x1 * c);
-                }
-            }
-        }
+        quant_kernels::ops::rope_rotate(x, cache, self.n_rot, self.mode == RopeMode::Neox);
     }
 }
 

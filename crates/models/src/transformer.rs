@@ -10,8 +10,8 @@ use gguf_format::SplitGguf;
 use quant_kernels::{ops, Pool};
 
 use crate::blocks::{
-    dump, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Heads, Linear, Mla, MlaDims, MlaScratch,
-    Moe, Pass, RmsNorm, RowLayout, SeqKv,
+    add_on, dump, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Heads, Linear, Mla, MlaDims,
+    MlaScratch, Moe, Pass, RmsNorm, RowLayout, SeqKv,
 };
 pub use crate::blocks::{Activation, Gating};
 use crate::hparams::Hparams;
@@ -365,9 +365,9 @@ impl Transformer {
 }
 
 /// `norm(x)` into `h`, or `x` itself where the layer has no pre-norm.
-fn norm_or_copy(norm: Option<&RmsNorm>, x: &[f32], h: &mut Vec<f32>) {
+fn norm_or_copy(pool: &Pool, norm: Option<&RmsNorm>, x: &[f32], h: &mut Vec<f32>) {
     match norm {
-        Some(w) => w.forward(x, h),
+        Some(w) => w.forward_on(pool, x, h),
         None => {
             h.clear();
             h.extend_from_slice(x);
@@ -463,7 +463,7 @@ impl Transformer {
         let mut b = Buffers::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let Buffers { h, a, tmp, attn, mla, ffn } = &mut b;
-            norm_or_copy(layer.attn_norm.as_ref(), &x, h);
+            norm_or_copy(pool, layer.attn_norm.as_ref(), &x, h);
             dump(&format!("attn_norm-{il}"), h);
             let mut seqs: Vec<SeqKv<'_>> = parts
                 .iter_mut()
@@ -480,29 +480,29 @@ impl Transformer {
                 Mixer::Mla(m) => m.forward(&pass, il, h, &mut seqs, mla, a)?,
             }
             if let Some(w) = &layer.post_attn_norm {
-                w.forward_inplace(a, tmp);
+                w.forward_inplace_on(pool, a);
             }
             if let Some(s) = self.spec.residual_scale {
                 ops::scale_inplace(a, s);
             }
-            ops::add_inplace(&mut x, a);
+            add_on(pool, &mut x, a);
             dump(&format!("ffn_inp-{il}"), &x);
-            norm_or_copy(layer.ffn_norm.as_ref(), &x, h);
+            norm_or_copy(pool, layer.ffn_norm.as_ref(), &x, h);
             dump(&format!("ffn_norm-{il}"), h);
             layer.ffn.forward(&pass, il, h, &seq_rows, ffn, a)?;
             if let Some(sh) = &layer.shared {
                 sh.forward(&pass, il, h, ffn, tmp)?;
                 dump(&format!("ffn_shexp-{il}"), tmp);
-                ops::add_inplace(a, tmp);
+                add_on(pool, a, tmp);
             }
             dump(&format!("ffn_out-{il}"), a);
             if let Some(w) = &layer.post_ffn_norm {
-                w.forward_inplace(a, tmp);
+                w.forward_inplace_on(pool, a);
             }
             if let Some(s) = self.spec.residual_scale {
                 ops::scale_inplace(a, s);
             }
-            ops::add_inplace(&mut x, a);
+            add_on(pool, &mut x, a);
             dump(&format!("l_out-{il}"), &x);
         }
         for p in parts.iter_mut() {

@@ -228,6 +228,22 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`] of `x` into itself (the same arithmetic: the sum of squares is taken
+/// before any element is written).
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let n = x.len();
+    if n == 0 {
+        return;
+    }
+    let sum = sc::sum_squares_f64(x);
+    let mean = (sum / n as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for (i, v) in x.iter_mut().enumerate() {
+        let s = *v * scale;
+        *v = if i < w.len() { s * w[i] } else { s };
+    }
+}
+
 /// In place: `x = exp(x - max) / Σ exp(x - max)` (`ggml_compute_forward_soft_max_f32`:
 /// sum in f64, then a scale by `1/sum`).
 pub fn softmax_inplace(x: &mut [f32]) {
@@ -306,6 +322,22 @@ pub fn add_inplace(y: &mut [f32], x: &[f32]) {
     for (a, b) in y.iter_mut().zip(x) {
         *a += b;
     }
+}
+
+/// [`crate::scalar::ops::rope_rotate`]: one head vector's rope rotation, with hardware
+/// FMA where the CPU has it (the same bits as the twin's `mul_add`).
+pub fn rope_rotate(x: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
+    assert!(
+        x.len() >= n_rot && cache.len() >= n_rot,
+        "rope_rotate: {n_rot} rotated dims, head {} cache {}",
+        x.len(),
+        cache.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::rope_rotate(x, cache, n_rot, neox);
+    }
+    sc::rope_rotate(x, cache, n_rot, neox)
 }
 
 /// `y[i] *= x[i]`.

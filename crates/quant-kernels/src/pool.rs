@@ -164,6 +164,28 @@ impl Pool {
     }
 }
 
+/// Elements below which [`Pool::for_rows`] stays on the calling thread (waking the pool
+/// costs more than a few thousand element-wise operations).
+pub const ROWS_MIN_ELEMS: usize = 8192;
+
+impl Pool {
+    /// Calls `f(first_row, rows)` over `data` cut into runs of whole rows of `width`
+    /// elements (two runs per thread), spread over the pool; on the calling thread alone,
+    /// as one run, when `data` holds fewer than [`ROWS_MIN_ELEMS`] elements or one row.
+    /// For row-wise operations (norms, rope, activations, residual adds), whose rows do
+    /// not depend on each other: the cut changes no row's arithmetic.
+    pub fn for_rows<T: Send>(&self, data: &mut [T], width: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {
+        let n_rows = data.len().checked_div(width).unwrap_or(0);
+        if self.n_threads == 1 || n_rows < 2 || data.len() < ROWS_MIN_ELEMS {
+            f(0, data);
+            return;
+        }
+        let per = n_rows.div_ceil(2 * self.n_threads);
+        let runs: Vec<Mutex<&mut [T]>> = data.chunks_mut(per * width).map(Mutex::new).collect();
+        self.for_each(runs.len(), &|i| f(i * per, &mut lock(&runs[i])));
+    }
+}
+
 fn run_items(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
     let n = s.n_items.load(Ordering::Relaxed);
     loop {
@@ -262,6 +284,29 @@ mod tests {
                     hits[i].fetch_add(1, Ordering::Relaxed);
                 });
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "threads {threads} n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn for_rows_hands_every_row_once_with_its_index() {
+        for threads in 1..=3 {
+            let pool = Pool::new(threads);
+            for (rows, width) in [(0usize, 4usize), (1, 9000), (3, 5), (2, 4096), (7, 3000), (100, 576)] {
+                let mut data = vec![0u32; rows * width];
+                let runs = AtomicU32::new(0);
+                pool.for_rows(&mut data, width, &|r0, run| {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                    assert_eq!(run.len() % width, 0);
+                    for (i, row) in run.chunks_exact_mut(width).enumerate() {
+                        row.iter_mut().for_each(|v| *v += (r0 + i) as u32 + 1);
+                    }
+                });
+                for (i, row) in data.chunks_exact(width).enumerate() {
+                    assert!(row.iter().all(|&v| v == i as u32 + 1), "threads {threads} rows {rows} row {i}");
+                }
+                let parallel = threads > 1 && rows > 1 && rows * width >= ROWS_MIN_ELEMS;
+                assert_eq!(runs.load(Ordering::Relaxed) > 1, parallel, "threads {threads} rows {rows}");
             }
         }
     }

@@ -68,7 +68,6 @@ pub struct AttentionScratch {
     v: Vec<f32>,
     o: Vec<f32>,
     tmp: Vec<f32>,
-    rc: Vec<f32>,
     gate: Vec<f32>,
 }
 
@@ -268,7 +267,7 @@ impl Attention {
     /// left for the attention.
     fn queries(&self, pass: &Pass<'_>, il: usize, seqs: &[(usize, usize, usize)], sc: &mut AttentionScratch) -> f32 {
         let Heads { n_head: nh, head_k: hk, .. } = self.heads;
-        let AttentionScratch { q, tmp, rc, gate, .. } = sc;
+        let AttentionScratch { q, tmp, gate, .. } = sc;
         if self.q_gate {
             // per head [query | gate]: split into the queries and the gates
             dump(&format!("Qcur_full-{il}"), q);
@@ -284,17 +283,9 @@ impl Attention {
         }
         dump(&format!("Qcur-{il}"), q);
         if let Some(w) = &self.q_norm {
-            w.forward_inplace(q, tmp);
+            w.forward_inplace_on(pass.pool, q);
         }
-        for &(row0, n, pos0) in seqs {
-            for t in 0..n {
-                let (r, pos) = (row0 + t, pos0 + t);
-                self.rope.cache(pos, rc);
-                for hq in q[r * nh * hk..(r + 1) * nh * hk].chunks_exact_mut(hk) {
-                    self.rope.apply(rc, hq);
-                }
-            }
-        }
+        rope_rows(pass.pool, &self.rope, q, nh * hk, hk, seqs);
         if let Some((beta, len)) = self.temperature {
             for &(row0, n, pos0) in seqs {
                 for t in 0..n {
@@ -330,28 +321,20 @@ impl Attention {
         self.qkv(pass, h, sc)?;
         let spans: Vec<(usize, usize, usize)> = seqs.iter().map(|s| (s.row0, s.n, s.pos0)).collect();
         let scale = self.queries(pass, il, &spans, sc);
-        let AttentionScratch { k, v, tmp, rc, .. } = sc;
+        let AttentionScratch { k, v, .. } = sc;
         dump(&format!("Kcur-{il}"), k);
         dump(&format!("Vcur-{il}"), v);
         if let Some(w) = &self.k_norm {
-            w.forward_inplace(k, tmp);
+            w.forward_inplace_on(pass.pool, k);
         }
         if let Some(w) = &self.v_norm {
-            w.forward_inplace(v, tmp);
+            w.forward_inplace_on(pass.pool, v);
         }
         let (rot_k, rot_v) = match seqs.first() {
             Some(s) => (cache_rotation(s.k.cache_type(), hk, true), cache_rotation(s.v.cache_type(), hv, false)),
             None => (None, None),
         };
-        for s in seqs.iter() {
-            for t in 0..s.n {
-                let (r, pos) = (s.row0 + t, s.pos0 + t);
-                self.rope.cache(pos, rc);
-                for hkv in k[r * nkv * hk..(r + 1) * nkv * hk].chunks_exact_mut(hk) {
-                    self.rope.apply(rc, hkv);
-                }
-            }
-        }
+        rope_rows(pass.pool, &self.rope, k, nkv * hk, hk, &spans);
         dump(&format!("Krope-{il}"), k);
         if let Some(n) = rot_k {
             hadamard_rows(k, n);
@@ -650,6 +633,24 @@ fn attend_impl(pool: &Pool, heads: Heads, seqs: &[SeqView<'_>], q: &[f32], sc: &
             let view = HeadView { kc, vc, kvh, hk, hv, scale, cap, lo, pos, sink };
             attend_one_chunk(&view, src, sc, &mut out);
         })
+    });
+}
+
+/// Ropes every head (`head` wide) of the rows of `x` (`row_width` wide) that the spans
+/// `(row0, n, pos0)` cover, each at its sequence position, spread over `pool`.
+fn rope_rows(pool: &Pool, rope: &Rope, x: &mut [f32], row_width: usize, head: usize, spans: &[(usize, usize, usize)]) {
+    pool.for_rows(x, row_width, &|r0, run| {
+        let mut rc = Vec::new();
+        for (i, row) in run.chunks_exact_mut(row_width).enumerate() {
+            let r = r0 + i;
+            let Some(&(row0, _, pos0)) = spans.iter().find(|&&(row0, n, _)| (row0..row0 + n).contains(&r)) else {
+                continue;
+            };
+            rope.cache(pos0 + r - row0, &mut rc);
+            for h in row.chunks_exact_mut(head) {
+                rope.apply(&rc, h);
+            }
+        }
     });
 }
 
@@ -1064,7 +1065,7 @@ fn attend_one_chunk_tiled(
 fn reduce_chunk(v: &[f32], layout: ops::DotLayout) -> f32 {
     match layout {
         ops::DotLayout::Avx512 => {
-            let t3: Vec<f32> = (0..8).map(|i| v[8 + i] + v[i]).collect();
+            let t3: [f32; 8] = std::array::from_fn(|i| v[8 + i] + v[i]);
             let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
             (t6[0] + t6[2]) + (t6[1] + t6[3])
         }
@@ -1073,6 +1074,21 @@ fn reduce_chunk(v: &[f32], layout: ops::DotLayout) -> f32 {
             (t[0] + t[2]) + (t[1] + t[3])
         }
     }
+}
+
+/// The largest score of a tile row, 16 lanes at a time (vector max instead of a 64-step
+/// dependency chain). Scores are never NaN; the value is the scalar fold's, and where it
+/// is a zero the sign may differ, which no later step sees (`x − (±0)` and `exp` agree).
+fn row_max(row: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = row.chunks_exact(16);
+    for c in &mut chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let rest = chunks.remainder().iter();
+    lanes.iter().chain(rest).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
 }
 
 /// Rows and columns of one tiled-attention task.
@@ -1176,7 +1192,7 @@ fn attend_tiled(
                     let j = first + tk;
                     *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
                 }
-                let tile_max = row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+                let tile_max = row_max(row);
                 if tile_max == f32::NEG_INFINITY {
                     row.fill(0.0);
                     continue;
@@ -1224,6 +1240,27 @@ thread_local! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_max_is_the_scalar_fold() {
+        let mut seed = 7u32;
+        let mut r = || {
+            seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+            seed
+        };
+        for len in [64, 16, 5, 37, 0] {
+            for _ in 0..200 {
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match r() % 5 {
+                        0 => f32::NEG_INFINITY,
+                        _ => (r() >> 8) as f32 / 65536.0 - 128.0,
+                    })
+                    .collect();
+                let want = row.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+                assert_eq!(row_max(&row), want, "{row:?}");
+            }
+        }
+    }
 
     /// llama.cpp's `ggml_gen_hadamard`: the orthonormal Sylvester matrix.
     fn hadamard_matrix(n: usize) -> Vec<f32> {

@@ -175,7 +175,13 @@ impl GatedFfn {
         }
         dump(&format!("ffn_gate-{il}"), gate);
         dump(&format!("ffn_up-{il}"), up);
-        self.act.apply(gate, up);
+        let ff = self.gate.rows();
+        // per row, as ggml's glu ops (a row's vector tail is its own)
+        pass.pool.for_rows(gate, ff, &|r0, run| {
+            for (g, u) in run.chunks_exact_mut(ff).zip(up[r0 * ff..].chunks_exact(ff)) {
+                self.act.apply(g, u);
+            }
+        });
         dump(&format!("ffn_act-{il}"), gate);
         self.down.forward(pass, gate, out)
     }

@@ -191,6 +191,12 @@ pub fn output_head(
     Ok(out)
 }
 
+/// `y[i] += x[i]` (residual adds) spread over `pool` in runs of 1024 elements.
+pub fn add_on(pool: &quant_kernels::Pool, y: &mut [f32], x: &[f32]) {
+    const RUN: usize = 1024;
+    pool.for_rows(y, RUN, &|r0, run| quant_kernels::ops::add_inplace(run, &x[r0 * RUN..]));
+}
+
 /// Adds `b` to every row of `y` (`b.len()` wide).
 pub fn add_bias(y: &mut [f32], b: Option<&[f32]>) {
     if let Some(b) = b {

@@ -1,6 +1,6 @@
 //! RMSNorm.
 
-use quant_kernels::ops;
+use quant_kernels::{ops, Pool};
 
 use crate::loader::Loader;
 use crate::Result;
@@ -40,6 +40,28 @@ impl RmsNorm {
             ops::rms_norm(xr, &self.weight, self.eps, tmp);
             xr.copy_from_slice(tmp);
         }
+    }
+
+    /// [`RmsNorm::forward`] with the rows spread over `pool` (the same bits).
+    pub fn forward_on(&self, pool: &Pool, x: &[f32], out: &mut Vec<f32>) {
+        let w = self.weight.len();
+        out.resize(x.len(), 0.0);
+        pool.for_rows(out, w, &|r0, run| {
+            let src = &x[r0 * w..r0 * w + run.len()];
+            for (xr, or) in src.chunks_exact(w).zip(run.chunks_exact_mut(w)) {
+                ops::rms_norm(xr, &self.weight, self.eps, or);
+            }
+        });
+    }
+
+    /// [`RmsNorm::forward_inplace`] with the rows spread over `pool` (the same bits).
+    pub fn forward_inplace_on(&self, pool: &Pool, x: &mut [f32]) {
+        let w = self.weight.len();
+        pool.for_rows(x, w, &|_, run| {
+            for xr in run.chunks_exact_mut(w) {
+                ops::rms_norm_inplace(xr, &self.weight, self.eps);
+            }
+        });
     }
 }
 

@@ -50,6 +50,22 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// Rotates the first `n_rot` elements of one head vector by a rope cache (`cos, sin`
+/// per pair, ggml's `rope_yarn` values): pairs `(x[2i], x[2i+1])` (normal) or
+/// `(x[i], x[i + n_rot/2])` (neox), each as ggml-cpu's `rotate_pairs`:
+/// `x0·cos − x1·sin` and `x0·sin + x1·cos`, the first product of each fused.
+#[inline(always)]
+pub fn rope_rotate(x: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
+    let half = n_rot / 2;
+    for i in 0..half {
+        let (c, s) = (cache[2 * i], cache[2 * i + 1]);
+        let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+        let (x0, x1) = (x[a], x[b]);
+        x[a] = x0.mul_add(c, -(x1 * s));
+        x[b] = x0.mul_add(s, x1 * c);
+    }
+}
+
 /// `gate = silu(gate) · up`.
 pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
     for (g, u) in gate.iter_mut().zip(up) {

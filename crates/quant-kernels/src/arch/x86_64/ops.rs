@@ -1,6 +1,7 @@
 //! AVX2 + FMA + F16C versions of the f32 helpers in `crate::ops` (scalar twins in
-//! `crate::scalar::ops`). The safe wrappers fall back to the twin when the features are
-//! missing, so they are sound on any CPU.
+//! `crate::scalar::ops`), and AVX-512 ones of the flash-attention tiles' `gemm_fma` and
+//! exp where the CPU has it. The safe wrappers fall back to the twin when the features
+//! are missing, so they are sound on any CPU.
 
 use core::arch::x86_64::*;
 
@@ -508,6 +509,21 @@ mod dot_ggml_tests {
     }
 }
 
+/// [`sc::rope_rotate`] compiled with FMA (its `mul_add`s become `vfmadd` instead of a
+/// library call; the bits are the twin's).
+pub fn rope_rotate(x: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
+    if !has_avx2() {
+        return sc::rope_rotate(x, cache, n_rot, neox);
+    }
+    // SAFETY: AVX2/FMA checked; the body is the safe twin's (bounds-checked indexing).
+    unsafe { rope_rotate_fma(x, cache, n_rot, neox) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rope_rotate_fma(x: &mut [f32], cache: &[f32], n_rot: usize, neox: bool) {
+    sc::rope_rotate(x, cache, n_rot, neox)
+}
+
 /// [`crate::scalar::ops::gemm_fma`] vectorized across `j` (each element keeps its own
 /// sequential FMA chain over `k`, so the result is bit-identical to the scalar twin).
 pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
@@ -515,8 +531,87 @@ pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usiz
     if !has_avx2() {
         return sc::gemm_fma(c, a, b, m, k, n);
     }
+    if super::vnni::has_vnni() {
+        // SAFETY: AVX-512F checked; every (masked) load and store stays inside the
+        // `m·n`, `m·k` and `k·n` elements asserted above.
+        return unsafe { gemm_fma_512_imp(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, k, n) };
+    }
     // SAFETY: features checked; all indices stay below the lengths asserted above.
     unsafe { gemm_fma_imp(c.as_mut_ptr(), a.as_ptr(), b.as_ptr(), m, k, n) }
+}
+
+/// [`gemm_fma_imp`] on 16-lane vectors: blocks of 4 rows × 64 columns (16 accumulators), then
+/// 16-column and masked column tails, then the last rows one at a time. Each element is
+/// still one FMA chain over `k` from its own start value, so the bits do not change.
+#[target_feature(enable = "avx512f")]
+unsafe fn gemm_fma_512_imp(c: *mut f32, a: *const f32, b: *const f32, m: usize, k: usize, n: usize) {
+    let mut i = 0;
+    while i + 4 <= m {
+        gemm_512_rows::<4>(c, a, b, i, k, n);
+        i += 4;
+    }
+    while i < m {
+        gemm_512_rows::<1>(c, a, b, i, k, n);
+        i += 1;
+    }
+}
+
+/// Rows `i..i + R` of [`gemm_fma_512_imp`], every column.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn gemm_512_rows<const R: usize>(c: *mut f32, a: *const f32, b: *const f32, i: usize, k: usize, n: usize) {
+    let mut j = 0;
+    while j + 64 <= n {
+        gemm_512_block::<R, 4>(c, a, b, i, j, k, n, 0xffff);
+        j += 64;
+    }
+    while j + 16 <= n {
+        gemm_512_block::<R, 1>(c, a, b, i, j, k, n, 0xffff);
+        j += 16;
+    }
+    if j < n {
+        gemm_512_block::<R, 1>(c, a, b, i, j, k, n, (1u16 << (n - j)) - 1);
+    }
+}
+
+/// Rows `i..i + R`, columns `j..j + 16·V` (the last vector's lanes limited to `mask`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_512_block<const R: usize, const V: usize>(
+    c: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    i: usize,
+    j: usize,
+    k: usize,
+    n: usize,
+    mask: __mmask16,
+) {
+    let lanes = |v: usize| if v + 1 == V { mask } else { 0xffff };
+    let mut acc = [[_mm512_setzero_ps(); V]; R];
+    for (r, accr) in acc.iter_mut().enumerate() {
+        for (v, x) in accr.iter_mut().enumerate() {
+            *x = _mm512_maskz_loadu_ps(lanes(v), c.add((i + r) * n + j + 16 * v));
+        }
+    }
+    for kk in 0..k {
+        let mut bv = [_mm512_setzero_ps(); V];
+        for (v, x) in bv.iter_mut().enumerate() {
+            *x = _mm512_maskz_loadu_ps(lanes(v), b.add(kk * n + j + 16 * v));
+        }
+        for (r, accr) in acc.iter_mut().enumerate() {
+            let av = _mm512_set1_ps(*a.add((i + r) * k + kk));
+            for (x, bx) in accr.iter_mut().zip(&bv) {
+                *x = _mm512_fmadd_ps(*bx, av, *x);
+            }
+        }
+    }
+    for (r, accr) in acc.iter().enumerate() {
+        for (v, x) in accr.iter().enumerate() {
+            _mm512_mask_storeu_ps(c.add((i + r) * n + j + 16 * v), lanes(v), *x);
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -601,9 +696,10 @@ pub fn expf_ggml_inplace(x: &mut [f32], layout: DotLayout) {
         }
         return;
     }
-    // SAFETY: features checked; loads and stores stay below `x.len()`.
+    // SAFETY: features checked; loads and stores stay below `x.len()` (masked past it).
     unsafe {
         match layout {
+            DotLayout::Avx512 if super::vnni::has_vnni() => expf_512_imp(x.as_mut_ptr(), x.len()),
             DotLayout::Avx512 => expf_ggml_imp(x.as_mut_ptr(), x.len()),
             DotLayout::Avx2 => expf_avx2_imp(x.as_mut_ptr(), x.len()),
         }
@@ -663,6 +759,41 @@ unsafe fn expf_avx2_imp(x: *mut f32, len: usize) {
     while i < len {
         *x.add(i) = sc::expf_ggml_avx2(*x.add(i));
         i += 1;
+    }
+}
+
+/// ggml's AVX-512 `ggml_v_expf`, intrinsic for intrinsic (twin: [`sc::expf_ggml`]): 16
+/// lanes with `vscalefps`, the last < 16 elements in a masked vector (lanes are independent).
+#[target_feature(enable = "avx512f")]
+unsafe fn expf_512_imp(x: *mut f32, len: usize) {
+    let c = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
+    let r = c(0x4b40_0000);
+    let mut i = 0;
+    while i < len {
+        let mask: __mmask16 = if len - i >= 16 { 0xffff } else { (1u16 << (len - i)) - 1 };
+        let v = _mm512_maskz_loadu_ps(mask, x.add(i));
+        let z = _mm512_fmadd_ps(v, c(0x3fb8_aa3b), r);
+        let n = _mm512_sub_ps(z, r);
+        let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), v));
+        let d = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+        let u = _mm512_mul_ps(b, b);
+        let j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(
+                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            u,
+            _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+        );
+        let mut out = _mm512_scalef_ps(j, n);
+        if d != 0 {
+            let le = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps());
+            let alt = _mm512_mask_blend_ps(le, _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+            out = _mm512_mask_blend_ps(d, out, alt);
+        }
+        _mm512_mask_storeu_ps(x.add(i), mask, out);
+        i += 16;
     }
 }
 
@@ -726,13 +857,23 @@ mod tiled_tests {
     use super::*;
 
     #[test]
-    fn gemm_and_expf_match_their_scalar_twins() {
+    fn gemm_expf_and_rope_match_their_scalar_twins() {
         let mut s = 99u32;
         let mut r = || {
             s = s.wrapping_mul(1664525).wrapping_add(1013904223);
             (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
         };
-        for (m, k, n) in [(5, 64, 67), (64, 64, 64), (9, 7, 16), (1, 256, 64), (4, 3, 5)] {
+        for (n_rot, neox) in [(64, false), (64, true), (128, true), (6, false), (32, true)] {
+            let cache: Vec<f32> = (0..n_rot).map(|_| r()).collect();
+            let x0: Vec<f32> = (0..n_rot + 7).map(|_| r() * 30.0).collect();
+            let (mut x1, mut x2) = (x0.clone(), x0.clone());
+            rope_rotate(&mut x1, &cache, n_rot, neox);
+            sc::rope_rotate(&mut x2, &cache, n_rot, neox);
+            assert_eq!(x1, x2, "rope {n_rot} {neox}");
+            assert_eq!(x1[n_rot..], x0[n_rot..], "rope past n_rot");
+        }
+        let shapes = [(5, 64, 67), (64, 64, 64), (9, 7, 16), (1, 256, 64), (4, 3, 5), (7, 64, 40), (6, 5, 129)];
+        for (m, k, n) in shapes {
             let a: Vec<f32> = (0..m * k).map(|_| r()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| r()).collect();
             let c0: Vec<f32> = (0..m * n).map(|_| r()).collect();
@@ -747,6 +888,8 @@ mod tiled_tests {
         // and whole vectors of only in-range lanes (its fast return).
         xs.extend([-95.0, -90.0, -88.0, 87.0, 88.5, 89.0, 100.0, 140.0, f32::INFINITY]);
         xs.extend((0..16).map(|i| i as f32 * 0.25 - 2.0));
+        // Dense random inputs, where a last-bit difference in the polynomial shows.
+        xs.extend((0..20_000).map(|_| r() * 45.0 - 45.0));
         for layout in [DotLayout::Avx512, DotLayout::Avx2] {
             let want: Vec<f32> = xs.iter().map(|&x| sc::expf_ggml_for(x, layout)).collect();
             let mut got = xs.clone();
