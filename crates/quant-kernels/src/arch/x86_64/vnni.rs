@@ -150,6 +150,31 @@ struct Prep {
     /// `dxp[b·pairs + j]`: the activation scales of the same two (token, block)s, each
     /// in its 8 lanes.
     dxp: Vec<__m512>,
+    /// The weight scales of the current row chunk as f32, `wd[r·nb + b]` (and the mins,
+    /// `wm`, for types with one): converted once per chunk instead of once per 8-token
+    /// group in the two-token kernels ([`prep_weight_scales`]).
+    wd: Vec<f32>,
+    wm: Vec<f32>,
+}
+
+/// Fills `p.wd` (and `p.wm` when the type has a min) with rows `0..rows` of the weights
+/// at `w`: the same f16 → f32 conversions the kernels would do per block.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn prep_weight_scales(l: &Legacy, w: *const u8, w_stride: usize, rows: usize, nb: usize, p: &mut Prep) {
+    p.wd.clear();
+    p.wm.clear();
+    for r in 0..rows {
+        for b in 0..nb {
+            let wb = w.add(r * w_stride + b * l.wb);
+            if l.has_min {
+                let (d, m) = f16_pair_at(wb);
+                p.wd.push(d);
+                p.wm.push(m);
+            } else {
+                p.wd.push(f16_at(wb));
+            }
+        }
+    }
 }
 
 /// Two 256-bit halves → one 512-bit vector (`lo` in bits 0..256).
@@ -161,7 +186,7 @@ unsafe fn join256(lo: __m256i, hi: __m256i) -> __m512i {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn prep_legacy(l: &Legacy, x: *const u8, x_stride: usize, tokens: usize, nb: usize, p: &mut Prep) {
-    let Prep { d, s, off, xp, offp, dxp } = p;
+    let Prep { d, s, off, xp, offp, dxp, .. } = p;
     d.clear();
     s.clear();
     off.clear();
@@ -298,7 +323,9 @@ macro_rules! legacy_tile {
         /// terms of 8 tokens run as one lane-wise fma per block (`f32::mul_add` per
         /// lane), so each result has the bits of the one-token kernel. `R` rows share
         /// each activation load (a row's arithmetic does not depend on its neighbours);
-        /// rows past the last multiple of `R` go through `R = 1`. Not for `l.repack`.
+        /// rows past the last multiple of `R` go through `R = 1`. `scales`: the rows'
+        /// weight scales and mins as f32 (`Prep::wd` / `wm` from row 0, row-major by
+        /// block). Not for `l.repack`.
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         unsafe fn $pairs<const P: usize, const R: usize>(
@@ -307,6 +334,7 @@ macro_rules! legacy_tile {
             rows: usize,
             nb: usize,
             p: &Prep,
+            scales: (*const f32, *const f32),
             tokens: usize,
             t0: usize,
             nt: usize,
@@ -314,6 +342,7 @@ macro_rules! legacy_tile {
             y_stride: usize,
         ) {
             let l = $l;
+            let (wd, wm) = scales;
             let pairs = tokens.div_ceil(2);
             let j0 = t0 / 2;
             let full = rows / R * R;
@@ -330,10 +359,19 @@ macro_rules! legacy_tile {
                         // The rows ahead (a tile's rows are contiguous), so that a weight
                         // stream from DRAM does not stall the loop.
                         _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(PREFETCH) as *const i8);
-                        q[i] = _mm512_broadcast_i64x4($unpack(wb));
-                        let (d, m) = if l.has_min { f16_pair_at(wb) } else { (f16_at(wb), 0.0) };
-                        mw[i] = m;
-                        dw[i] = _mm512_set1_ps(d);
+                        q[i] = if l.offset == -128 {
+                            // q8_0: broadcast straight from memory (a load, no shuffle),
+                            // then w ^ 0x80 on both halves
+                            _mm512_xor_si512(_mm512_broadcast_i64x4(load256(wb.add(2))), _mm512_set1_epi8(-128))
+                        } else {
+                            _mm512_broadcast_i64x4($unpack(wb))
+                        };
+                        // the chunk's scales, converted once ([`prep_weight_scales`])
+                        let k = (r + i) * nb + b;
+                        dw[i] = _mm512_set1_ps(*wd.add(k));
+                        if l.has_min {
+                            mw[i] = *wm.add(k);
+                        }
                     }
                     let base = b * pairs + j0;
                     for j in 0..P {
@@ -370,7 +408,8 @@ macro_rules! legacy_tile {
             }
             if full < rows {
                 let w = w.add(full * w_stride);
-                $pairs::<P, 1>(w, w_stride, rows - full, nb, p, tokens, t0, nt, y.add(full), y_stride);
+                let scales = (wd.add(full * nb), if l.has_min { wm.add(full * nb) } else { wm });
+                $pairs::<P, 1>(w, w_stride, rows - full, nb, p, scales, tokens, t0, nt, y.add(full), y_stride);
             }
         }
 
@@ -484,6 +523,10 @@ macro_rules! legacy_tile {
                     let w = t.w.as_ptr().add(c0 * t.w_stride);
                     let yp = y.as_mut_ptr().add(c0);
                     let r = chunk.min(t.rows - c0);
+                    if !l.repack && t.tokens >= 4 {
+                        prep_weight_scales(&l, w, t.w_stride, r, nb, &mut p);
+                    }
+                    let sc = (p.wd.as_ptr(), p.wm.as_ptr());
                     let mut t0 = 0;
                     while t0 < t.tokens {
                         let (ws, xs, n) = (t.w_stride, t.x_stride, t.tokens);
@@ -499,12 +542,12 @@ macro_rules! legacy_tile {
                             (false, 2) => $rows2::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                             (false, 3) => $rows2::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                             (false, 4) if l.has_min => $rows2::<4>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                            (false, 4) => $pairs::<2, PAIR_ROWS>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            (false, 4) => $pairs::<2, PAIR_ROWS>(w, ws, r, nb, &p, sc, n, t0, nt, yp, y_stride),
                             (false, 5) => $rows2::<5>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                            (false, 6) => $pairs::<3, PAIR_ROWS>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            (false, 6) => $pairs::<3, PAIR_ROWS>(w, ws, r, nb, &p, sc, n, t0, nt, yp, y_stride),
                             (false, 7) => $rows2::<7>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                             (false, 1) => $rows2::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
-                            (false, 8) => $pairs::<4, PAIR_ROWS>(w, ws, r, nb, &p, n, t0, nt, yp, y_stride),
+                            (false, 8) => $pairs::<4, PAIR_ROWS>(w, ws, r, nb, &p, sc, n, t0, nt, yp, y_stride),
                             (_, 1) => $imp::<1>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                             (_, 2) => $imp::<2>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
                             (_, 3) => $imp::<3>(w, ws, r, nb, x, xs, &p, n, t0, yp, y_stride),
