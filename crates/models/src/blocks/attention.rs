@@ -1188,10 +1188,13 @@ fn attend_tiled(
             for i in 0..r {
                 let (lo, pos) = (lo_of(i), pos_of(i));
                 let row = &mut kq[i * TILE..(i + 1) * TILE];
-                for (tk, x) in row.iter_mut().enumerate() {
-                    let j = first + tk;
-                    *x += if j >= lo && j <= pos { 0.0 } else { f32::NEG_INFINITY };
-                }
+                // the mask: +0 on the cells `lo..=pos`, −∞ on the others (three plain
+                // loops instead of a per-cell test)
+                let a = lo.saturating_sub(first).min(TILE);
+                let b = (pos + 1).saturating_sub(first).clamp(a, TILE);
+                row[..a].iter_mut().for_each(|x| *x += f32::NEG_INFINITY);
+                row[a..b].iter_mut().for_each(|x| *x += 0.0);
+                row[b..].iter_mut().for_each(|x| *x += f32::NEG_INFINITY);
                 let tile_max = row_max(row);
                 if tile_max == f32::NEG_INFINITY {
                     row.fill(0.0);
