@@ -46,11 +46,17 @@ impl Bpe {
             id
         };
         let mut joined = Vec::new();
+        // merges without a space or whose result is not a vocabulary token
+        let (mut bad, mut first_bad) = (0usize, None);
         for (rank, m) in merges_list.iter().enumerate() {
             // llama.cpp: split at the first space after the first byte; none → ("", "")
             let (first, second): (&[u8], &[u8]) = match m.iter().skip(1).position(|&b| b == b' ') {
                 Some(p) => (&m[..p + 1], &m[p + 2..]),
-                None => (b"", b""),
+                None => {
+                    bad += 1;
+                    first_bad.get_or_insert(rank);
+                    (b"", b"")
+                }
             };
             let l = intern(first);
             let r = intern(second);
@@ -58,7 +64,23 @@ impl Bpe {
             joined.extend_from_slice(first);
             joined.extend_from_slice(second);
             let j = intern(&joined);
+            if j >= n_vocab && !(first.is_empty() && second.is_empty()) {
+                bad += 1;
+                first_bad.get_or_insert(rank);
+            }
             merges.entry((l, r)).or_insert((rank as u32, j));
+        }
+        // Real files carry a few stray merges; disagreement is a majority of them.
+        if !merges_list.is_empty() && bad * 2 > merges_list.len() {
+            let i = first_bad.unwrap_or(0);
+            return Err(Error::BadMetadata {
+                key: "tokenizer.ggml.merges".into(),
+                message: format!(
+                    "{bad} of {} merges do not produce a vocabulary token (first: #{i} {:?}); vocabulary and merges disagree",
+                    merges_list.len(),
+                    String::from_utf8_lossy(&merges_list[i])
+                ),
+            });
         }
         extra.shrink_to_fit();
         merges.shrink_to_fit();

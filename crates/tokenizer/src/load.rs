@@ -403,7 +403,6 @@ impl Tokenizer {
                         })
                     }
                 };
-                check_merges(&vocab, merges)?;
                 let compiled = pretok::CompiledPre::new(p.regexes, p.byte_encode)?;
                 Model::Bpe(Box::new(bpe::Bpe::new(&vocab, merges, compiled, p.flags.newline_words_whole)?))
             }
@@ -587,38 +586,4 @@ fn special_automaton<'a>(texts: impl Iterator<Item = &'a [u8]> + Clone) -> Optio
     (if dfa_ok { build(Some(AhoCorasickKind::DFA)) } else { None })
         .or_else(|| build(Some(AhoCorasickKind::ContiguousNFA)))
         .or_else(|| build(Some(AhoCorasickKind::NoncontiguousNFA)))
-}
-
-/// Checks that every merge's parts and result are plausible for the vocabulary: a
-/// merge whose result is not a token means the vocabulary and merges disagree.
-fn check_merges(v: &Vocab, merges: &StringArray) -> Result<()> {
-    let mut bad = 0usize;
-    let mut first_bad = None;
-    for (i, m) in merges.iter().enumerate() {
-        let joined: Vec<u8> = match m.iter().skip(1).position(|&b| b == b' ') {
-            Some(p) => m[..p + 1].iter().chain(&m[p + 2..]).copied().collect(),
-            None => {
-                bad += 1;
-                first_bad.get_or_insert(i);
-                continue;
-            }
-        };
-        if v.text_to_token(&joined).is_none() {
-            bad += 1;
-            first_bad.get_or_insert(i);
-        }
-    }
-    // real files carry a few stray merges; disagreement is a majority of them
-    if !merges.is_empty() && bad * 2 > merges.len() {
-        let i = first_bad.unwrap_or(0);
-        return Err(Error::BadMetadata {
-            key: "tokenizer.ggml.merges".into(),
-            message: format!(
-                "{bad} of {} merges do not produce a vocabulary token (first: #{i} {:?}); vocabulary and merges disagree",
-                merges.len(),
-                String::from_utf8_lossy(&merges[i])
-            ),
-        });
-    }
-    Ok(())
 }

@@ -218,18 +218,28 @@ pub(crate) fn type_error(t: &TensorRef, e: Error) -> Error {
 /// The data bytes of `t`, read from the shard file holding it (not through the mmap).
 pub(crate) fn read_tensor(file: &SplitGguf, t: &TensorRef, buf: &mut Vec<u8>) -> Result<()> {
     buf.clear();
-    buf.resize(t.len, 0);
     #[cfg(unix)]
     {
-        use std::os::unix::fs::FileExt;
+        use std::io::{Read, Seek, SeekFrom};
+        // Into the vector's spare capacity (`read_to_end` does not zero it first: the
+        // whole file goes through here once at load time).
+        buf.reserve_exact(t.len);
         let path = t.shard_file(file).path();
-        let read = std::fs::File::open(path).and_then(|f| f.read_exact_at(buf, t.start as u64));
+        let read = std::fs::File::open(path).and_then(|mut f| {
+            f.seek(SeekFrom::Start(t.start as u64))?;
+            let n = f.take(t.len as u64).read_to_end(buf)?;
+            if n == t.len {
+                Ok(())
+            } else {
+                Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("{n} of {} bytes", t.len)))
+            }
+        });
         if let Err(source) = read {
             return Err(Error::Read { name: t.name.clone(), source });
         }
     }
     #[cfg(not(unix))]
-    buf.copy_from_slice(t.data(file));
+    buf.extend_from_slice(t.data(file));
     Ok(())
 }
 

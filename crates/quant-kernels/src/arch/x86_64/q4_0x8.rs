@@ -32,15 +32,18 @@ pub fn repack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let nb = cols / 32;
     let row = nb * WB;
     let mut out = vec![0u8; w.len()];
-    for g in 0..rows / 8 {
-        for b in 0..nb {
-            let o = g * 8 * row + b * GROUP_BLOCK;
-            for i in 0..8 {
-                let src = &w[(8 * g + i) * row + b * WB..][..WB];
-                out[o + 2 * i..o + 2 * i + 2].copy_from_slice(&src[..2]);
+    // Fixed-size blocks, so that every copy below has constant bounds (no checks per
+    // byte range: the repack runs over the whole file at load time).
+    for (src, dst) in w.chunks_exact(8 * row).zip(out.chunks_exact_mut(8 * row)).take(rows / 8) {
+        let rows8: [&[u8]; 8] = std::array::from_fn(|i| &src[i * row..(i + 1) * row]);
+        for (b, ob) in dst.chunks_exact_mut(GROUP_BLOCK).enumerate() {
+            let ob: &mut [u8; GROUP_BLOCK] = ob.try_into().expect("a group block");
+            for (i, r) in rows8.iter().enumerate() {
+                let blk: &[u8; WB] = r[b * WB..(b + 1) * WB].try_into().expect("a q4_0 block");
+                ob[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
                 for k in 0..4 {
-                    let d = o + 16 + 32 * k + 4 * i;
-                    out[d..d + 4].copy_from_slice(&src[2 + 4 * k..2 + 4 * k + 4]);
+                    let d = 16 + 32 * k + 4 * i;
+                    ob[d..d + 4].copy_from_slice(&blk[2 + 4 * k..6 + 4 * k]);
                 }
             }
         }
@@ -228,3 +231,42 @@ unsafe fn imp<const T: usize>(
 
 /// The layout, owned by the AVX-512 VNNI q4_0 kernel (`kernels.rs`).
 pub const LAYOUT: Repack = Repack { name: "q4_0x8", applies, repack, tile };
+
+#[cfg(test)]
+mod tests {
+    /// The layout of the module docs, byte by byte.
+    fn reference(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+        let (nb, wb) = (cols / 32, super::WB);
+        let row = nb * wb;
+        let mut out = vec![0u8; w.len()];
+        for g in 0..rows / 8 {
+            for b in 0..nb {
+                let o = g * 8 * row + b * super::GROUP_BLOCK;
+                for i in 0..8 {
+                    let src = &w[(8 * g + i) * row + b * wb..][..wb];
+                    out[o + 2 * i..o + 2 * i + 2].copy_from_slice(&src[..2]);
+                    for k in 0..4 {
+                        for e in 0..4 {
+                            out[o + 16 + 32 * k + 4 * i + e] = src[2 + 4 * k + e];
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn repack_follows_the_documented_layout() {
+        let mut s = 5u32;
+        for (rows, cols) in [(8, 32), (16, 96), (24, 2048), (8, 64)] {
+            let w: Vec<u8> = (0..rows * cols / 32 * super::WB)
+                .map(|_| {
+                    s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                    (s >> 24) as u8
+                })
+                .collect();
+            assert_eq!(super::repack(&w, rows, cols), reference(&w, rows, cols), "{rows}x{cols}");
+        }
+    }
+}
