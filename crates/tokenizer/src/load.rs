@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use gguf_format::{Array, Metadata, StringArray, Value};
+use gguf_format::{Array, Metadata, Value};
 
 use crate::encode::find;
 use crate::texts::{TextIndex, Texts};
