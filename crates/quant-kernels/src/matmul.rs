@@ -353,22 +353,15 @@ pub fn tile_by_vec_dot(vec_dot: crate::registry::VecDotFn, t: &Tile<'_>, y: &mut
 }
 
 fn quantize_acts(pool: &Pool, quantize: fn(&[f32], &mut [u8]), x: &[f32], cols: usize, xq: &mut [u8], act_row: usize) {
-    let n_tokens = x.len() / cols;
-    if pool.n_threads() == 1 || n_tokens < 2 || x.len() < PARALLEL_QUANT_FROM {
-        for (src, dst) in x.chunks_exact(cols).zip(xq.chunks_exact_mut(act_row)) {
-            quantize(src, dst);
-        }
-        return;
-    }
-    let per = n_tokens.div_ceil(pool.n_threads() * 4).max(1);
-    let chunks: Vec<Mutex<&mut [u8]>> = xq.chunks_mut(per * act_row).map(Mutex::new).collect();
-    pool.for_each(chunks.len(), &|i| {
-        let mut dst = chunks[i].lock().unwrap_or_else(|e| e.into_inner());
-        let src = &x[i * per * cols..];
-        for (s, d) in src.chunks_exact(cols).zip(dst.chunks_exact_mut(act_row)) {
+    let run = |r0: usize, dst: &mut [u8]| {
+        for (s, d) in x.get(r0 * cols..).unwrap_or_default().chunks_exact(cols).zip(dst.chunks_exact_mut(act_row)) {
             quantize(s, d);
         }
-    });
+    };
+    if x.len() < PARALLEL_QUANT_FROM {
+        return run(0, xq);
+    }
+    pool.for_rows(xq, act_row, &run);
 }
 
 /// `tile(r0, nr, t0, nt, out, out_stride)`: rows `r0..r0+nr` × tokens `t0..t0+nt` into

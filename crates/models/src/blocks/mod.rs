@@ -194,7 +194,7 @@ pub fn output_head(
 /// `y[i] += x[i]` (residual adds) spread over `pool` in runs of 1024 elements.
 pub fn add_on(pool: &quant_kernels::Pool, y: &mut [f32], x: &[f32]) {
     const RUN: usize = 1024;
-    pool.for_rows(y, RUN, &|r0, run| quant_kernels::ops::add_inplace(run, &x[r0 * RUN..]));
+    pool.for_rows(y, RUN, &|r0, run| quant_kernels::ops::add_inplace(run, x.get(r0 * RUN..).unwrap_or_default()));
 }
 
 /// Adds `b` to every row of `y` (`b.len()` wide).
