@@ -191,6 +191,23 @@ pub fn output_head(
     Ok(out)
 }
 
+/// Calls `f(first_row, rows)` over the rows of `buf` (`width` floats each) in blocks
+/// spread over the pool's threads, about four blocks per thread. For row-wise operations
+/// (norms, activations): a row's result never depends on its block.
+pub fn for_rows(pool: &Pool, buf: &mut [f32], width: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+    let n_rows = buf.len().checked_div(width).unwrap_or(0);
+    if n_rows == 0 {
+        return;
+    }
+    let per = n_rows.div_ceil(4 * pool.n_threads()).max(1);
+    let blocks: Vec<std::sync::Mutex<&mut [f32]>> =
+        buf[..n_rows * width].chunks_mut(per * width).map(std::sync::Mutex::new).collect();
+    pool.for_each(blocks.len(), &|b| {
+        let mut rows = blocks[b].lock().unwrap_or_else(|e| e.into_inner());
+        f(b * per, &mut rows);
+    });
+}
+
 /// Adds `b` to every row of `y` (`b.len()` wide).
 pub fn add_bias(y: &mut [f32], b: Option<&[f32]>) {
     if let Some(b) = b {
