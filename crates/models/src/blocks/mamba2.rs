@@ -291,33 +291,84 @@ pub fn ssm_scan_head(
     ys: &mut [&mut [f32]],
     layout: DotLayout,
 ) {
-    let (ch, nh, hd, ds, di) = (d.conv_channels(), d.n_head, d.head_dim(), d.d_state, d.d_inner);
-    let g = h / (nh / d.n_group);
-    let step = layout.step();
-    let np = ds - ds % step;
-    let mut acc = [0f32; 64];
-    for (t, y) in ys.iter_mut().enumerate() {
-        let row = &conv[t * ch..(t + 1) * ch];
-        let x = &row[h * hd..(h + 1) * hd];
-        let b = &row[di + g * ds..di + (g + 1) * ds];
-        let c = &row[di + (d.n_group + g) * ds..di + (d.n_group + g + 1) * ds];
-        let dt_sp = softplus(dt[t * nh + h]);
-        let da = (dt_sp * a).exp();
-        for (i1, yv) in y.iter_mut().enumerate() {
-            let x_dt = x[i1] * dt_sp;
-            let srow = &mut s[i1 * ds..(i1 + 1) * ds];
-            let acc = &mut acc[..step];
-            acc.fill(0.0);
-            quant_kernels::ops::ssm_scan_lanes(&mut srow[..np], &b[..np], &c[..np], da, x_dt, acc);
-            let mut sum = if np > 0 { layout.reduce(acc) } else { 0.0 };
-            for i in np..ds {
-                let st = srow[i].mul_add(da, b[i] * x_dt);
-                sum = st.mul_add(c[i], sum);
-                srow[i] = st;
+    let head = ScanHead { d, h, conv, dt, a };
+    match layout {
+        DotLayout::Avx512 => head.run::<64>(s, ys, reduce_avx512),
+        DotLayout::Avx2 => head.run::<32>(s, ys, reduce_avx2),
+    }
+}
+
+/// What [`ssm_scan_head`] reads.
+struct ScanHead<'a> {
+    d: &'a Mamba2Dims,
+    h: usize,
+    conv: &'a [f32],
+    dt: &'a [f32],
+    a: f32,
+}
+
+impl ScanHead<'_> {
+    /// The scan with the lane sums of one `STEP`-wide accumulator set (a fixed size, so
+    /// the accumulators and their reduction stay in registers).
+    #[inline(always)]
+    fn run<const STEP: usize>(&self, s: &mut [f32], ys: &mut [&mut [f32]], reduce: fn(&[f32; STEP]) -> f32) {
+        let d = self.d;
+        let (ch, nh, hd, ds, di) = (d.conv_channels(), d.n_head, d.head_dim(), d.d_state, d.d_inner);
+        let h = self.h;
+        let g = h / (nh / d.n_group);
+        let np = ds - ds % STEP;
+        let mut accs = [[0f32; STEP]; 2];
+        for (t, y) in ys.iter_mut().enumerate() {
+            let row = &self.conv[t * ch..(t + 1) * ch];
+            let x = &row[h * hd..(h + 1) * hd];
+            let b = &row[di + g * ds..di + (g + 1) * ds];
+            let c = &row[di + (d.n_group + g) * ds..di + (d.n_group + g + 1) * ds];
+            let dt_sp = softplus(self.dt[t * nh + h]);
+            let da = (dt_sp * self.a).exp();
+            for (i1, ((yv, &xi), srow)) in y.iter_mut().zip(x).zip(s.chunks_exact_mut(ds)).enumerate() {
+                let x_dt = xi * dt_sp;
+                // two accumulator sets in turn, each cleared a row before its use: the
+                // clearing stores have left the store buffer when the SIMD loads read them
+                let acc = &mut accs[i1 & 1];
+                ops::ssm_scan_lanes(&mut srow[..np], &b[..np], &c[..np], da, x_dt, acc);
+                let mut sum = if np > 0 { reduce(acc) } else { 0.0 };
+                *acc = [0f32; STEP];
+                for i in np..ds {
+                    let st = srow[i].mul_add(da, b[i] * x_dt);
+                    sum = st.mul_add(c[i], sum);
+                    srow[i] = st;
+                }
+                *yv = sum;
             }
-            *yv = sum;
         }
     }
+}
+
+/// [`DotLayout::reduce`] of the AVX-512 layout (`GGML_F32x16_REDUCE`: x0 += x2, x1 += x3,
+/// x0 += x1, then `_mm512_reduce_add_ps`'s halving), on a fixed-size array.
+#[inline(always)]
+fn reduce_avx512(acc: &[f32; 64]) -> f32 {
+    let mut v = [0f32; 16];
+    for (i, v) in v.iter_mut().enumerate() {
+        *v = (acc[i] + acc[32 + i]) + (acc[16 + i] + acc[48 + i]);
+    }
+    let mut t3 = [0f32; 8];
+    for (i, t) in t3.iter_mut().enumerate() {
+        *t = v[8 + i] + v[i];
+    }
+    let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
+    (t6[0] + t6[2]) + (t6[1] + t6[3])
+}
+
+/// [`DotLayout::reduce`] of the AVX2 layout (`GGML_F32x8_REDUCE`), on a fixed-size array.
+#[inline(always)]
+fn reduce_avx2(acc: &[f32; 32]) -> f32 {
+    let mut v = [0f32; 8];
+    for (i, v) in v.iter_mut().enumerate() {
+        *v = (acc[i] + acc[16 + i]) + (acc[8 + i] + acc[24 + i]);
+    }
+    let t0 = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    (t0[0] + t0[1]) + (t0[2] + t0[3])
 }
 
 #[cfg(test)]
@@ -396,6 +447,23 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_fixed_reductions_are_the_layouts_bit_for_bit() {
+        // magnitudes far apart, so any other order of the additions rounds differently
+        for seed in 0..200u32 {
+            let acc: Vec<f32> = (0..64u32)
+                .map(|i| {
+                    let k = seed.wrapping_mul(2_654_435_761).wrapping_add(i.wrapping_mul(40_503)) >> 8;
+                    ((k % 2001) as f32 - 1000.0) * 10f32.powi((k % 13) as i32 - 6)
+                })
+                .collect();
+            let a64: &[f32; 64] = acc[..].try_into().unwrap();
+            let a32: &[f32; 32] = acc[..32].try_into().unwrap();
+            assert_eq!(reduce_avx512(a64).to_bits(), DotLayout::Avx512.reduce(&acc).to_bits(), "seed {seed}");
+            assert_eq!(reduce_avx2(a32).to_bits(), DotLayout::Avx2.reduce(&acc[..32]).to_bits(), "seed {seed}");
         }
     }
 
