@@ -269,10 +269,15 @@ const MAX_NAME: usize = 256;
 /// A key or tensor name as shown in text: control characters escaped (a file's names
 /// must not drive the terminal), cut to [`MAX_NAME`] characters.
 fn shown_name(name: &str) -> String {
+    shown(name, MAX_NAME)
+}
+
+/// `text` with control characters escaped, cut to `max` characters.
+fn shown(text: &str, max: usize) -> String {
     let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if i == MAX_NAME {
-            let _ = write!(out, "…({} bytes)", name.len());
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            let _ = write!(out, "…({} bytes)", text.len());
             break;
         }
         if c.is_control() {
@@ -318,6 +323,25 @@ fn engine_line(md: &Metadata) -> String {
         Some(a) => format!("architecture `{a}` is not one this build runs (it runs: {})", known.join(", ")),
         None => format!("no general.architecture (this build runs: {})", known.join(", ")),
     }
+}
+
+/// The model line's length cap (a description is one line of a few hundred characters; an
+/// error may quote names from the file).
+const MAX_MODEL_LINE: usize = 1024;
+
+/// The settings of the model the file holds ([`gguf_models::describe`]: a load that reads
+/// no weight matrix), or why it does not load; `None` when this build does not run the
+/// file's architecture (the engine line lists the ones it runs).
+fn model_line(file: &GgufFile, md: &Metadata) -> Option<String> {
+    let arch = md.get("general.architecture").and_then(|v| v.as_str())?;
+    gguf_models::architectures().iter().any(|a| a.name == arch).then_some(())?;
+    let described = SplitGguf::open(file.path())
+        .map_err(gguf_models::Error::from)
+        .and_then(|m| gguf_models::describe(&std::sync::Arc::new(m)));
+    Some(match described {
+        Ok(text) => shown(&text, MAX_MODEL_LINE),
+        Err(e) => shown(&format!("does not load: {e}"), MAX_MODEL_LINE),
+    })
 }
 
 /// The human-readable report.
@@ -369,6 +393,9 @@ pub fn to_text(file: &GgufFile, full: bool) -> String {
         let _ = writeln!(o, "split:     cannot open the whole model ({e}); showing this file only");
     }
     let _ = writeln!(o, "engine:    {}", engine_line(view.metadata()));
+    if let Some(line) = model_line(file, view.metadata()) {
+        let _ = writeln!(o, "model:     {line}");
+    }
     let _ = writeln!(o, "\nmetadata:");
     let keys: Vec<String> = view.metadata().iter().map(|(k, _)| shown_name(k)).collect();
     let kw = keys.iter().map(|k| k.chars().count()).max().unwrap_or(0).min(MAX_COLUMN);

@@ -52,7 +52,7 @@ pub use error::{Error, Result};
 pub use kv_cache::CacheType;
 pub use model::{normalize_embedding, Encoder, Logits, Model, Observer, Pooling, Segment, State, StateOptions};
 pub use quant_kernels::{Pool, MAX_THREADS};
-pub use registry::{architectures, registry_problems, Architecture};
+pub use registry::{architectures, describe, registry_problems, Architecture};
 
 /// The registry crate, for `gguf_models::gguf_registry::submit!` in plug-in crates.
 pub use gguf_registry;

@@ -3,7 +3,7 @@
 //! one by `general.architecture` — the highest priority, then the module name, never
 //! link order ([`gguf_registry`]'s rule); a clash is reported by [`registry_problems`].
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gguf_format::SplitGguf;
 
@@ -72,11 +72,60 @@ pub fn registry_problems() -> gguf_registry::Report {
 }
 
 /// Loads the model in `file`, dispatching on `general.architecture`.
-pub fn load(file: std::sync::Arc<SplitGguf>) -> Result<Box<dyn Model>> {
+pub fn load(file: Arc<SplitGguf>) -> Result<Box<dyn Model>> {
     let arch = match file.metadata().get("general.architecture") {
         None => return Err(Error::MissingKey("general.architecture".into())),
         Some(v) => crate::loader::str_value("general.architecture", v)?,
     }
     .to_string();
     (lookup(&arch)?.load)(file)
+}
+
+/// The files (their addresses) that [`describe`] is loading now: their matrices stay in
+/// place ([`crate::blocks::Linear::repack`] leaves them as stored).
+static DESCRIBING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Marks a file as loaded only to be described, until dropped.
+pub(crate) struct DescribeMark(usize);
+
+impl DescribeMark {
+    /// Marks `file`, whose allocation the caller keeps alive while the mark lives.
+    pub(crate) fn new(file: &Arc<SplitGguf>) -> DescribeMark {
+        let at = Arc::as_ptr(file) as usize;
+        DESCRIBING.lock().unwrap_or_else(|e| e.into_inner()).push(at);
+        DescribeMark(at)
+    }
+}
+
+impl Drop for DescribeMark {
+    fn drop(&mut self) {
+        let mut v = DESCRIBING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = v.iter().position(|&a| a == self.0) {
+            v.swap_remove(i);
+        }
+    }
+}
+
+/// Whether `file` is being loaded by [`describe`].
+pub(crate) fn describing(file: &Arc<SplitGguf>) -> bool {
+    let at = Arc::as_ptr(file) as usize;
+    DESCRIBING.lock().unwrap_or_else(|e| e.into_inner()).contains(&at)
+}
+
+/// The settings of the model in `file` ([`Model::describe`]: the family and its widths,
+/// heads, experts ...), from a load that checks what every load checks — hyperparameters,
+/// tensor names, shapes and types, the small vectors decoded at load — but moves no
+/// matrix into a kernel's layout, so no weight matrix is read: milliseconds and a few MiB
+/// whatever the file's size (a repacking load reads every repacked matrix). The model is
+/// dropped before returning. Errors are the load's (naming the key or tensor).
+///
+/// The mark is per file (the address of `file`'s allocation, which the caller's `Arc`
+/// keeps alive throughout), so loads of other files at the same time repack as usual.
+pub fn describe(file: &Arc<SplitGguf>) -> Result<String> {
+    let mark = DescribeMark::new(file);
+    let model = load(file.clone())?;
+    let text = model.describe();
+    drop(model);
+    drop(mark);
+    Ok(text)
 }

@@ -81,6 +81,58 @@ fn inspect_names_the_architecture_and_what_this_build_runs() {
     for a in ["gpt-oss", "glm4moe", "lfm2", "mistral3", "qwen35", "gemma4", "llama"] {
         assert!(line.contains(a), "{a} missing from {line}");
     }
+    // no settings for an architecture this build does not run
+    assert!(!o.stdout.lines().any(|l| l.starts_with("model:")), "{}", o.stdout);
+}
+
+/// The report's `model:` line, if any.
+fn model_line(stdout: &str) -> Option<&str> {
+    stdout.lines().find_map(|l| l.strip_prefix("model:     "))
+}
+
+#[test]
+fn inspect_shows_the_family_settings_of_a_file_that_loads() {
+    use gguf_models::synthetic::{write, Tiny};
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["llama", "qwen3moe", "lfm2"] {
+        let path = dir.path().join(format!("{arch}.gguf"));
+        write(&Tiny::new(arch), &path, None, &[]).unwrap();
+        let o = gguf(&["inspect", path.to_str().unwrap()]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let (_f, model) = gguf_models::load(&path).unwrap();
+        assert_eq!(model_line(&o.stdout), Some(model.describe().as_str()), "{}", o.stdout);
+        // right after the engine line; the rest of the report as before
+        let lines: Vec<&str> = o.stdout.lines().collect();
+        let at = lines.iter().position(|l| l.starts_with("model:")).unwrap();
+        assert_eq!(lines[at - 1], format!("engine:    architecture `{arch}` runs in this build"));
+        for part in ["\nmetadata:\n", "\ntensors:\n", "\ntype mix:\n", "\nparameters:"] {
+            assert!(o.stdout.contains(part), "{part:?} missing: {}", o.stdout);
+        }
+    }
+}
+
+#[test]
+fn inspect_names_what_stops_a_known_architecture_from_loading() {
+    use gguf_models::synthetic::{write, Tiny};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    write(&Tiny::new("llama"), &path, Some("blk.1.ffn_down.weight"), &[]).unwrap();
+    let o = gguf(&["inspect", path.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    let line = model_line(&o.stdout).unwrap_or_default();
+    assert!(line.starts_with("does not load: ") && line.contains("`blk.1.ffn_down.weight`"), "{}", o.stdout);
+    assert!(o.stdout.contains("blk.1.ffn_up.weight"), "the tensor table is still there: {}", o.stdout);
+    // a missing hyperparameter is named the same way
+    let f = gguf_format::GgufFile::open(&path).unwrap();
+    let mut w = GgufWriter::from_file(&f).unwrap();
+    w.metadata_mut().remove("llama.embedding_length");
+    let other = dir.path().join("k.gguf");
+    w.write_to_path(&other).unwrap();
+    let o = gguf(&["inspect", other.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line = model_line(&o.stdout).unwrap_or_default();
+    assert!(line.starts_with("does not load: ") && line.contains("llama.embedding_length"), "{}", o.stdout);
 }
 
 #[test]

@@ -23,8 +23,8 @@ use gguf_format::SplitGguf;
 use quant_kernels::ops;
 
 use crate::blocks::{
-    dump, Activation, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Gating, Heads, Linear, Mamba2,
-    Mamba2Dims, Mamba2Scratch, Moe, Pass, RmsNorm, RowLayout, SeqKv, SeqRs,
+    add_on, dump, Activation, Attention, AttentionScratch, Embedding, Ffn, FfnScratch, GatedFfn, Gating, Heads, Linear,
+    Mamba2, Mamba2Dims, Mamba2Scratch, Moe, Pass, RmsNorm, RowLayout, SeqKv, SeqRs,
 };
 use crate::hparams::Hparams;
 use crate::hybrid_state::HybridState;
@@ -242,7 +242,7 @@ impl GraniteHybrid {
         let p0 = st.n_past;
         for (il, layer) in self.layers.iter().enumerate() {
             let Buffers { h, a, tmp, attn, ssm, ffn } = &mut b;
-            layer.attn_norm.forward(&x, h);
+            layer.attn_norm.forward_on(&pool, &x, h);
             dump(&format!("attn_norm-{il}"), h);
             match &layer.mixer {
                 Mixer::Attn(at, i) => {
@@ -258,21 +258,21 @@ impl GraniteHybrid {
             if let Some(s) = self.residual_scale {
                 ops::scale_inplace(a, s);
             }
-            ops::add_inplace(&mut x, a);
+            add_on(&pool, &mut x, a);
             dump(&format!("ffn_inp-{il}"), &x);
-            layer.ffn_norm.forward(&x, h);
+            layer.ffn_norm.forward_on(&pool, &x, h);
             dump(&format!("ffn_norm-{il}"), h);
             layer.ffn.forward(&pass, il, h, &[(0, n)], ffn, a)?;
             if let Some(sh) = &layer.shared {
                 dump(&format!("ffn_moe_out-{il}"), a);
                 sh.forward(&pass, il, h, ffn, tmp)?;
                 dump(&format!("ffn_shexp-{il}"), tmp);
-                ops::add_inplace(a, tmp);
+                add_on(&pool, a, tmp);
             }
             if let Some(s) = self.residual_scale {
                 ops::scale_inplace(a, s);
             }
-            ops::add_inplace(&mut x, a);
+            add_on(&pool, &mut x, a);
             dump(&format!("l_out-{il}"), &x);
         }
         st.n_past += n;

@@ -249,7 +249,6 @@ impl ShortConv {
     fn forward(&self, pass: &Pass<'_>, il: usize, h: &[f32], past: &mut [f32], b: &mut Buffers) -> Result<()> {
         let e = self.out_proj.cols();
         let n = h.len() / e;
-        let k = self.kernel.len() / e;
         self.in_proj.forward(pass, h, &mut b.bcx)?;
         dump(&format!("model.layers.{il}.conv.in_proj"), &b.bcx);
         // bx = b·x per row (ggml_mul), then the convolution over time
@@ -260,7 +259,7 @@ impl ShortConv {
             }
         }
         b.conv.resize(n * e, 0.0);
-        causal_conv(&self.kernel, k, e, &b.tmp, n, past, &mut b.conv);
+        causal_conv(pass.pool, &self.kernel, e, &b.tmp, e, n, past, &mut b.conv);
         dump(&format!("model.layers.{il}.conv.conv"), &b.conv);
         // y = c·conv
         for (row, y) in b.bcx.chunks_exact(3 * e).zip(b.conv.chunks_exact_mut(e)) {

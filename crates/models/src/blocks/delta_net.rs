@@ -9,6 +9,7 @@
 use std::sync::Mutex;
 
 use quant_kernels::ops::{self, DotLayout};
+use quant_kernels::Pool;
 
 use super::{dump, Linear, Pass, RmsNorm};
 use crate::loader::Loader;
@@ -201,7 +202,7 @@ impl DeltaNet {
         conv.resize(n_rows * ch, 0.0);
         for s in seqs.iter_mut() {
             let x = &qkv[s.row0 * ch..(s.row0 + s.n) * ch];
-            causal_conv(&self.conv_kernel, d.d_conv, ch, x, s.n, &mut s.state.conv, &mut conv[s.row0 * ch..]);
+            causal_conv(pass.pool, &self.conv_kernel, ch, x, ch, s.n, &mut s.state.conv, &mut conv[s.row0 * ch..]);
         }
         dump(&format!("conv_output_raw-{il}"), conv);
         for row in conv.chunks_exact_mut(ch) {
@@ -252,28 +253,73 @@ impl DeltaNet {
     }
 }
 
-/// `ggml_ssm_conv` of one sequence's `n` rows of `x` (`ch` channels each, `kernel` holding
-/// `k` taps per channel) after its conv state `past` (`k − 1` inputs per channel, oldest
-/// first), into `y`; `past` becomes the last `k − 1` inputs.
-pub fn causal_conv(kernel: &[f32], k: usize, ch: usize, x: &[f32], n: usize, past: &mut [f32], y: &mut [f32]) {
-    let p = k - 1;
-    let mut win = vec![0f32; p + n];
-    for c in 0..ch {
-        win[..p].copy_from_slice(&past[c * p..(c + 1) * p]);
-        for t in 0..n {
-            win[p + t] = x[t * ch + c];
-        }
-        let w = &kernel[c * k..(c + 1) * k];
-        for t in 0..n {
-            // ggml's `sumf += s·c` loop, contracted to fused multiply-adds
-            let mut sum = 0.0f32;
-            for (i, &wi) in w.iter().enumerate() {
-                sum = win[t + i].mul_add(wi, sum);
-            }
-            y[t * ch + c] = sum;
-        }
-        past[c * p..(c + 1) * p].copy_from_slice(&win[n..n + p]);
+/// Channels per task of [`causal_conv`] (a multiple of every SIMD width, so a block's
+/// piece of a row starts on a vector boundary).
+const CONV_BLOCK: usize = 64;
+
+/// `ggml_ssm_conv` of one sequence's `n` rows of `x` (row `t` at `x[t·stride..][..ch]`;
+/// `kernel` holds `k = kernel.len() / ch` taps per channel) after its conv state `past`
+/// (`k − 1` inputs per channel, oldest first), into the rows of `y` (`ch` wide); `past`
+/// becomes the last `k − 1` inputs. Each output is ggml's `sumf += s·c` loop over the taps
+/// as GCC contracts it, one FMA chain from 0 — here per channel over all tokens at once
+/// ([`ops::mad_f32`]). Blocks of 64 channels run on the pool's threads, as
+/// ggml-cpu splits the op's rows; no output depends on the split.
+#[allow(clippy::too_many_arguments)]
+pub fn causal_conv(
+    pool: &Pool,
+    kernel: &[f32],
+    ch: usize,
+    x: &[f32],
+    stride: usize,
+    n: usize,
+    past: &mut [f32],
+    y: &mut [f32],
+) {
+    if n == 0 || ch == 0 {
+        return;
     }
+    let k = kernel.len() / ch;
+    let p = k.saturating_sub(1);
+    let nb = ch.div_ceil(CONV_BLOCK);
+    let mut pieces: Vec<Vec<&mut [f32]>> = (0..nb).map(|_| Vec::with_capacity(n)).collect();
+    for row in y[..n * ch].chunks_exact_mut(ch) {
+        for (b, piece) in row.chunks_mut(CONV_BLOCK).enumerate() {
+            pieces[b].push(piece);
+        }
+    }
+    let mut states = Vec::with_capacity(nb);
+    let mut rest = &mut past[..p * ch];
+    for b in 0..nb {
+        let nc = CONV_BLOCK.min(ch - b * CONV_BLOCK);
+        let (head, tail) = rest.split_at_mut(nc * p);
+        states.push(head);
+        rest = tail;
+    }
+    // per block: its piece of every output row, its channels' state
+    type Block<'a> = Mutex<(Vec<&'a mut [f32]>, &'a mut [f32])>;
+    let blocks: Vec<Block<'_>> = pieces.into_iter().zip(states).map(Mutex::new).collect();
+    pool.for_each(nb, &|b| {
+        let mut guard = blocks[b].lock().unwrap_or_else(|e| e.into_inner());
+        let (rows, state) = &mut *guard;
+        let c0 = b * CONV_BLOCK;
+        let mut win = vec![0f32; p + n];
+        let mut acc = vec![0f32; n];
+        for j in 0..rows[0].len() {
+            let c = c0 + j;
+            win[..p].copy_from_slice(&state[j * p..(j + 1) * p]);
+            for (t, w) in win[p..].iter_mut().enumerate() {
+                *w = x[t * stride + c];
+            }
+            acc.fill(0.0);
+            for (i, &wi) in kernel[c * k..(c + 1) * k].iter().enumerate() {
+                ops::mad_f32(&mut acc, wi, &win[i..i + n]);
+            }
+            for (row, &v) in rows.iter_mut().zip(&acc) {
+                row[j] = v;
+            }
+            state[j * p..(j + 1) * p].copy_from_slice(&win[n..n + p]);
+        }
+    });
 }
 
 /// The gated delta rule of value head `hv` over `n` tokens (`ggml_compute_forward_gated_
@@ -464,10 +510,11 @@ mod tests {
         // a kernel of taps (1, 2, 3, 4): y_t = x_{t-3} + 2x_{t-2} + 3x_{t-1} + 4x_t
         let d = dims();
         let ch = d.conv_channels();
+        let pool = Pool::new(2);
         let net_kernel: Vec<f32> = (0..ch).flat_map(|_| [1.0, 2.0, 3.0, 4.0]).collect();
         let xs: Vec<f32> = (0..5 * ch).map(|i| (i / ch + 1) as f32).collect();
         let conv = |kernel: &[f32], x: &[f32], n: usize, st: &mut RecurrentState, y: &mut [f32]| {
-            causal_conv(kernel, d.d_conv, ch, x, n, &mut st.conv, y)
+            causal_conv(&pool, kernel, ch, x, ch, n, &mut st.conv, y)
         };
         let (mut all, mut split) = (RecurrentState::new(&d), RecurrentState::new(&d));
         let (mut y1, mut y2) = (vec![0f32; 5 * ch], vec![0f32; 5 * ch]);
@@ -477,5 +524,47 @@ mod tests {
         assert_eq!(y1, y2);
         assert_eq!(y1[4 * ch], 2.0 + 2.0 * 3.0 + 3.0 * 4.0 + 4.0 * 5.0);
         assert_eq!(all.conv, split.conv);
+    }
+
+    /// ggml's loop as written: per channel and token one `mul_add` chain over the taps.
+    fn conv_ggml_loop(kernel: &[f32], ch: usize, x: &[f32], stride: usize, n: usize, past: &mut [f32]) -> Vec<f32> {
+        let k = kernel.len() / ch;
+        let p = k - 1;
+        let mut y = vec![0f32; n * ch];
+        for c in 0..ch {
+            let mut win: Vec<f32> = past[c * p..(c + 1) * p].to_vec();
+            win.extend((0..n).map(|t| x[t * stride + c]));
+            for t in 0..n {
+                let mut sum = 0.0f32;
+                for (i, &w) in kernel[c * k..(c + 1) * k].iter().enumerate() {
+                    sum = win[t + i].mul_add(w, sum);
+                }
+                y[t * ch + c] = sum;
+            }
+            past[c * p..(c + 1) * p].copy_from_slice(&win[n..]);
+        }
+        y
+    }
+
+    #[test]
+    fn the_conv_is_ggml_loop_bit_for_bit_on_any_split() {
+        // 150 channels: two whole blocks and a partial one; rows read with a stride
+        let (ch, k, stride) = (150, 4, 171);
+        let kernel: Vec<f32> = (0..ch * k).map(|i| ((i * 29 % 83) as f32 - 41.0) / 13.0).collect();
+        for n in [1, 3, 17, 40] {
+            let x: Vec<f32> = (0..n * stride).map(|i| ((i * 53 % 97) as f32 - 48.0) / 7.3).collect();
+            let past0: Vec<f32> = (0..(k - 1) * ch).map(|i| ((i * 11 % 31) as f32 - 15.0) / 3.1).collect();
+            let mut want_past = past0.clone();
+            let want = conv_ggml_loop(&kernel, ch, &x, stride, n, &mut want_past);
+            for threads in [1, 2, 3] {
+                let pool = Pool::new(threads);
+                let mut past = past0.clone();
+                let mut y = vec![f32::NAN; n * ch];
+                causal_conv(&pool, &kernel, ch, &x, stride, n, &mut past, &mut y);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&y), bits(&want), "n {n}, {threads} threads");
+                assert_eq!(bits(&past), bits(&want_past), "n {n}, {threads} threads: state");
+            }
+        }
     }
 }

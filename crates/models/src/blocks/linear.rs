@@ -81,10 +81,14 @@ impl Linear {
     /// Moves the weight into the layout of the kernel that will read it, when that kernel
     /// repacks this type and shape on this CPU; the bytes are read from the (shard) file,
     /// not through the map, so the original pages never become resident. Returns whether
-    /// it was repacked.
+    /// it was repacked. A weight of a file that [`crate::describe`] is loading stays as
+    /// stored.
     pub fn repack(&mut self) -> Result<bool> {
         let t = &self.weight;
-        if self.repacked.is_some() || quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none() {
+        if self.repacked.is_some()
+            || quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none()
+            || crate::registry::describing(&self.file)
+        {
             return Ok(self.repacked.is_some());
         }
         let mut buf = Vec::new();
@@ -249,6 +253,30 @@ mod tests {
     use gguf_format::GgufWriter;
 
     use super::*;
+
+    /// A matrix of a file being described stays as stored; the same matrix of the same
+    /// file repacks (where this CPU's kernel repacks it) once the mark is gone.
+    #[test]
+    fn a_file_being_described_is_not_repacked() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.gguf");
+        let q4_0 = ggml_quants::lookup_name("q4_0").unwrap();
+        let x: Vec<f32> = (0..8 * 256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let mut w = GgufWriter::new();
+        w.add_tensor_owned("w.weight", &[256, 8], q4_0.id, q4_0.quantize_to_vec(&x, 256, None).unwrap()).unwrap();
+        w.write_to_path(&path).unwrap();
+        let f = Arc::new(SplitGguf::open(&path).unwrap());
+        let ld = Loader::with_shared(&f, "x");
+        let repacks = quant_kernels::registry::repack_for(q4_0.id, 8, 256).is_some();
+        let mark = crate::registry::DescribeMark::new(&f);
+        let mut l = Linear::load(&ld, "w", 256, 8).unwrap();
+        assert!(!l.repack().unwrap());
+        // another allocation of the same file is not marked
+        let g = Arc::new(SplitGguf::open(&path).unwrap());
+        assert_eq!(Linear::load(&Loader::with_shared(&g, "x"), "w", 256, 8).unwrap().repack().unwrap(), repacks);
+        drop(mark);
+        assert_eq!(l.repack().unwrap(), repacks);
+    }
 
     /// `read_tensor` (the repacking path's `pread`) finds each tensor in its own shard's
     /// file at its shard-relative offset: the same bytes as the map.

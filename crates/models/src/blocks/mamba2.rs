@@ -97,12 +97,10 @@ impl Mamba2Dims {
 #[derive(Default)]
 pub struct Mamba2Scratch {
     proj: Vec<f32>,
-    xbc: Vec<f32>,
     conv: Vec<f32>,
     dt: Vec<f32>,
     y: Vec<f32>,
     z: Vec<f32>,
-    tmp: Vec<f32>,
 }
 
 /// A Mamba-2 layer (`blk.N.ssm_in`, `ssm_conv1d` (+ bias), `ssm_dt.bias`, `ssm_a`, `ssm_d`,
@@ -168,7 +166,9 @@ impl Mamba2 {
     }
 
     /// The layer over the normed input `h` (every row of the pass) into `out`; each
-    /// sequence's rows advance its state. `il` names the dumps.
+    /// sequence's rows advance its state. `il` names the dumps. The convolution runs over
+    /// channel blocks, the scan over (sequence, head) pairs and the row-wise steps over row
+    /// blocks of the pool — ggml-cpu's split of the same ops; no value depends on it.
     pub fn forward(
         &self,
         pass: &Pass<'_>,
@@ -182,67 +182,78 @@ impl Mamba2 {
         let (di, ch, nh, hd) = (d.d_inner, d.conv_channels(), d.n_head, d.head_dim());
         let np = d.in_proj_rows();
         let n_rows = pass.rows.n_rows();
-        let Mamba2Scratch { proj, xbc, conv, dt, y, z, tmp } = sc;
+        let Mamba2Scratch { proj, conv, dt, y, z } = sc;
         self.in_proj.forward(pass, h, proj)?;
         dump(&format!("zxBCdt-{il}"), proj);
-        // the three views of each row: z, xBC, dt (+ ssm_dt.bias)
-        xbc.resize(n_rows * ch, 0.0);
-        z.resize(n_rows * di, 0.0);
+        // each row is [z | xBC | dt]; dt + ssm_dt.bias
         dt.resize(n_rows * nh, 0.0);
-        for (r, row) in proj.chunks_exact(np).enumerate() {
-            z[r * di..(r + 1) * di].copy_from_slice(&row[..di]);
-            xbc[r * ch..(r + 1) * ch].copy_from_slice(&row[di..di + ch]);
-            for ((o, &v), &b) in dt[r * nh..(r + 1) * nh].iter_mut().zip(&row[di + ch..]).zip(&self.dt_bias) {
+        for (o, row) in dt.chunks_exact_mut(nh).zip(proj.chunks_exact(np)) {
+            for ((o, &v), &b) in o.iter_mut().zip(&row[di + ch..]).zip(&self.dt_bias) {
                 *o = v + b;
             }
         }
+        // the convolution of each sequence's xBC, read in place, then + bias and SiLU
         conv.resize(n_rows * ch, 0.0);
         for s in seqs.iter_mut() {
-            let x = &xbc[s.row0 * ch..(s.row0 + s.n) * ch];
-            causal_conv(&self.conv_kernel, d.d_conv, ch, x, s.n, &mut s.state.conv, &mut conv[s.row0 * ch..]);
+            let x = &proj[s.row0 * np + di..];
+            causal_conv(pass.pool, &self.conv_kernel, ch, x, np, s.n, &mut s.state.conv, &mut conv[s.row0 * ch..]);
         }
-        for row in conv.chunks_exact_mut(ch) {
-            if let Some(b) = &self.conv_bias {
-                ops::add_inplace(row, b);
+        let bias = self.conv_bias.as_deref();
+        pass.pool.for_rows(conv, ch, &|_, rows| {
+            for row in rows.chunks_exact_mut(ch) {
+                if let Some(b) = bias {
+                    ops::add_inplace(row, b);
+                }
+                silu_inplace(row);
             }
-            silu_inplace(row);
-        }
+        });
         dump(&format!("xBC-{il}"), conv);
+        // the scan, one task per (sequence, head), then y + x·D (ggml_mul, then ggml_add)
         y.resize(n_rows * di, 0.0);
         let layout = ops::native_dot_layout();
+        let outs: Vec<Mutex<&mut [f32]>> = y.chunks_mut(hd).map(Mutex::new).collect();
+        let mut spans = Vec::with_capacity(seqs.len());
+        let mut states = Vec::with_capacity(seqs.len() * nh);
         for s in seqs.iter_mut() {
-            let rows = s.row0..s.row0 + s.n;
-            let (cv, dts) = (&conv[rows.start * ch..rows.end * ch], &dt[rows.start * nh..rows.end * nh]);
-            let outs: Vec<Mutex<&mut [f32]>> =
-                y[rows.start * di..rows.end * di].chunks_mut(hd).map(Mutex::new).collect();
-            let states: Vec<Mutex<&mut [f32]>> = s.state.ssm.chunks_mut(hd * d.d_state).map(Mutex::new).collect();
-            let n = s.n;
-            pass.pool.for_each(nh, &|h| {
-                let mut st = states[h].lock().unwrap_or_else(|e| e.into_inner());
-                let mut ys = Vec::with_capacity(n);
-                for t in 0..n {
-                    ys.push(outs[t * nh + h].lock().unwrap_or_else(|e| e.into_inner()));
-                }
-                let mut ys: Vec<&mut [f32]> = ys.iter_mut().map(|g| &mut ***g).collect();
-                ssm_scan_head(&d, h, cv, dts, self.a[h], &mut st, &mut ys, layout);
-            });
+            spans.push((s.row0, s.n));
+            states.extend(s.state.ssm.chunks_mut(hd * d.d_state).map(Mutex::new));
         }
-        // y + x·D (ggml_mul, then ggml_add)
-        for (yr, xr) in y.chunks_exact_mut(di).zip(conv.chunks_exact(ch)) {
-            for ((yh, xh), &dh) in yr.chunks_exact_mut(hd).zip(xr[..di].chunks_exact(hd)).zip(&self.d) {
+        let conv = &*conv;
+        pass.pool.for_each(spans.len() * nh, &|i| {
+            let ((row0, n), h) = (spans[i / nh], i % nh);
+            let mut st = states[i].lock().unwrap_or_else(|e| e.into_inner());
+            let mut guards: Vec<_> =
+                (row0..row0 + n).map(|r| outs[r * nh + h].lock().unwrap_or_else(|e| e.into_inner())).collect();
+            let mut ys: Vec<&mut [f32]> = guards.iter_mut().map(|g| &mut ***g).collect();
+            let (cv, dts) = (&conv[row0 * ch..(row0 + n) * ch], &dt[row0 * nh..(row0 + n) * nh]);
+            ssm_scan_head(&d, h, cv, dts, self.a[h], &mut st, &mut ys, layout);
+            let dh = self.d[h];
+            for (t, yh) in ys.iter_mut().enumerate() {
+                let xh = &cv[t * ch + h * hd..t * ch + (h + 1) * hd];
                 for (v, &x) in yh.iter_mut().zip(xh) {
                     *v += x * dh;
                 }
             }
-        }
+        });
+        drop(outs);
         dump(&format!("mamba2_y_add_d-{il}"), y);
-        // silu(z)·y, rows of one head as ggml_swiglu_split sees the 4-D tensors
-        for (zh, yh) in z.chunks_exact_mut(hd).zip(y.chunks_exact(hd)) {
-            ops::silu_mul_inplace(zh, yh);
-        }
-        if let Some(w) = &self.norm {
-            group_rms_norm(z, w, self.eps, tmp);
-        }
+        // per row: silu(z)·y per head (rows of one head as ggml_swiglu_split sees the 4-D
+        // tensors), then the grouped RMS norm
+        z.resize(n_rows * di, 0.0);
+        let (y, proj) = (&*y, &*proj);
+        pass.pool.for_rows(z, di, &|r0, rows| {
+            let mut tmp = Vec::new();
+            for (r, zr) in rows.chunks_exact_mut(di).enumerate() {
+                let row = r0 + r;
+                zr.copy_from_slice(&proj[row * np..row * np + di]);
+                for (zh, yh) in zr.chunks_exact_mut(hd).zip(y[row * di..(row + 1) * di].chunks_exact(hd)) {
+                    ops::silu_mul_inplace(zh, yh);
+                }
+                if let Some(w) = &self.norm {
+                    group_rms_norm(zr, w, self.eps, &mut tmp);
+                }
+            }
+        });
         dump(&format!("mamba2_y_norm-{il}"), z);
         self.out.forward(pass, z, out)?;
         dump(&format!("mamba_out-{il}"), out);
@@ -280,33 +291,84 @@ pub fn ssm_scan_head(
     ys: &mut [&mut [f32]],
     layout: DotLayout,
 ) {
-    let (ch, nh, hd, ds, di) = (d.conv_channels(), d.n_head, d.head_dim(), d.d_state, d.d_inner);
-    let g = h / (nh / d.n_group);
-    let step = layout.step();
-    let np = ds - ds % step;
-    let mut acc = [0f32; 64];
-    for (t, y) in ys.iter_mut().enumerate() {
-        let row = &conv[t * ch..(t + 1) * ch];
-        let x = &row[h * hd..(h + 1) * hd];
-        let b = &row[di + g * ds..di + (g + 1) * ds];
-        let c = &row[di + (d.n_group + g) * ds..di + (d.n_group + g + 1) * ds];
-        let dt_sp = softplus(dt[t * nh + h]);
-        let da = (dt_sp * a).exp();
-        for (i1, yv) in y.iter_mut().enumerate() {
-            let x_dt = x[i1] * dt_sp;
-            let srow = &mut s[i1 * ds..(i1 + 1) * ds];
-            let acc = &mut acc[..step];
-            acc.fill(0.0);
-            quant_kernels::ops::ssm_scan_lanes(&mut srow[..np], &b[..np], &c[..np], da, x_dt, acc);
-            let mut sum = if np > 0 { layout.reduce(acc) } else { 0.0 };
-            for i in np..ds {
-                let st = srow[i].mul_add(da, b[i] * x_dt);
-                sum = st.mul_add(c[i], sum);
-                srow[i] = st;
+    let head = ScanHead { d, h, conv, dt, a };
+    match layout {
+        DotLayout::Avx512 => head.run::<64>(s, ys, reduce_avx512),
+        DotLayout::Avx2 => head.run::<32>(s, ys, reduce_avx2),
+    }
+}
+
+/// What [`ssm_scan_head`] reads.
+struct ScanHead<'a> {
+    d: &'a Mamba2Dims,
+    h: usize,
+    conv: &'a [f32],
+    dt: &'a [f32],
+    a: f32,
+}
+
+impl ScanHead<'_> {
+    /// The scan with the lane sums of one `STEP`-wide accumulator set (a fixed size, so
+    /// the accumulators and their reduction stay in registers).
+    #[inline(always)]
+    fn run<const STEP: usize>(&self, s: &mut [f32], ys: &mut [&mut [f32]], reduce: fn(&[f32; STEP]) -> f32) {
+        let d = self.d;
+        let (ch, nh, hd, ds, di) = (d.conv_channels(), d.n_head, d.head_dim(), d.d_state, d.d_inner);
+        let h = self.h;
+        let g = h / (nh / d.n_group);
+        let np = ds - ds % STEP;
+        let mut accs = [[0f32; STEP]; 2];
+        for (t, y) in ys.iter_mut().enumerate() {
+            let row = &self.conv[t * ch..(t + 1) * ch];
+            let x = &row[h * hd..(h + 1) * hd];
+            let b = &row[di + g * ds..di + (g + 1) * ds];
+            let c = &row[di + (d.n_group + g) * ds..di + (d.n_group + g + 1) * ds];
+            let dt_sp = softplus(self.dt[t * nh + h]);
+            let da = (dt_sp * self.a).exp();
+            for (i1, ((yv, &xi), srow)) in y.iter_mut().zip(x).zip(s.chunks_exact_mut(ds)).enumerate() {
+                let x_dt = xi * dt_sp;
+                // two accumulator sets in turn, each cleared a row before its use: the
+                // clearing stores have left the store buffer when the SIMD loads read them
+                let acc = &mut accs[i1 & 1];
+                ops::ssm_scan_lanes(&mut srow[..np], &b[..np], &c[..np], da, x_dt, acc);
+                let mut sum = if np > 0 { reduce(acc) } else { 0.0 };
+                *acc = [0f32; STEP];
+                for i in np..ds {
+                    let st = srow[i].mul_add(da, b[i] * x_dt);
+                    sum = st.mul_add(c[i], sum);
+                    srow[i] = st;
+                }
+                *yv = sum;
             }
-            *yv = sum;
         }
     }
+}
+
+/// [`DotLayout::reduce`] of the AVX-512 layout (`GGML_F32x16_REDUCE`: x0 += x2, x1 += x3,
+/// x0 += x1, then `_mm512_reduce_add_ps`'s halving), on a fixed-size array.
+#[inline(always)]
+fn reduce_avx512(acc: &[f32; 64]) -> f32 {
+    let mut v = [0f32; 16];
+    for (i, v) in v.iter_mut().enumerate() {
+        *v = (acc[i] + acc[32 + i]) + (acc[16 + i] + acc[48 + i]);
+    }
+    let mut t3 = [0f32; 8];
+    for (i, t) in t3.iter_mut().enumerate() {
+        *t = v[8 + i] + v[i];
+    }
+    let t6 = [t3[4] + t3[0], t3[5] + t3[1], t3[6] + t3[2], t3[7] + t3[3]];
+    (t6[0] + t6[2]) + (t6[1] + t6[3])
+}
+
+/// [`DotLayout::reduce`] of the AVX2 layout (`GGML_F32x8_REDUCE`), on a fixed-size array.
+#[inline(always)]
+fn reduce_avx2(acc: &[f32; 32]) -> f32 {
+    let mut v = [0f32; 8];
+    for (i, v) in v.iter_mut().enumerate() {
+        *v = (acc[i] + acc[16 + i]) + (acc[8 + i] + acc[24 + i]);
+    }
+    let t0 = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    (t0[0] + t0[1]) + (t0[2] + t0[3])
 }
 
 #[cfg(test)]
@@ -385,6 +447,23 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_fixed_reductions_are_the_layouts_bit_for_bit() {
+        // magnitudes far apart, so any other order of the additions rounds differently
+        for seed in 0..200u32 {
+            let acc: Vec<f32> = (0..64u32)
+                .map(|i| {
+                    let k = seed.wrapping_mul(2_654_435_761).wrapping_add(i.wrapping_mul(40_503)) >> 8;
+                    ((k % 2001) as f32 - 1000.0) * 10f32.powi((k % 13) as i32 - 6)
+                })
+                .collect();
+            let a64: &[f32; 64] = acc[..].try_into().unwrap();
+            let a32: &[f32; 32] = acc[..32].try_into().unwrap();
+            assert_eq!(reduce_avx512(a64).to_bits(), DotLayout::Avx512.reduce(&acc).to_bits(), "seed {seed}");
+            assert_eq!(reduce_avx2(a32).to_bits(), DotLayout::Avx2.reduce(&acc[..32]).to_bits(), "seed {seed}");
         }
     }
 

@@ -192,7 +192,7 @@ pub fn output_head(
 }
 
 /// `y[i] += x[i]` (residual adds) spread over `pool` in runs of 1024 elements.
-pub fn add_on(pool: &quant_kernels::Pool, y: &mut [f32], x: &[f32]) {
+pub fn add_on(pool: &Pool, y: &mut [f32], x: &[f32]) {
     const RUN: usize = 1024;
     pool.for_rows(y, RUN, &|r0, run| quant_kernels::ops::add_inplace(run, x.get(r0 * RUN..).unwrap_or_default()));
 }

@@ -79,6 +79,30 @@ fn the_sliding_window_changes_gemma3_logits_beyond_the_window() {
     assert!(max_rel_diff(&a[9 * 50..], &b[9 * 50..]) > 1e-3);
 }
 
+/// `describe` (no weight read) gives what the loaded model's `describe` gives, for the
+/// shared transformer and the families with models of their own; a broken file gives the
+/// load's error.
+#[test]
+fn describe_is_the_loaded_models_description() {
+    for arch in ["llama", "qwen3moe", "gemma3", "lfm2", "bert"] {
+        for q8 in [false, true] {
+            let mut t = Tiny::new(arch);
+            t.q8 = q8;
+            let (_d, p) = tmp("m.gguf");
+            write(&t, &p, None, &[]).unwrap();
+            let (f, model) = gguf_models::load(&p).unwrap();
+            let text = gguf_models::describe(&f).unwrap();
+            assert_eq!(text, model.describe());
+            assert!(text.starts_with(arch), "{text}");
+        }
+    }
+    let (_d, p) = tmp("m.gguf");
+    write(&Tiny::new("llama"), &p, Some("blk.1.ffn_down.weight"), &[]).unwrap();
+    let f = Arc::new(SplitGguf::open(&p).unwrap());
+    let err = gguf_models::describe(&f).err().unwrap().to_string();
+    assert!(err.contains("blk.1.ffn_down.weight"), "{err}");
+}
+
 #[test]
 fn unknown_architecture_lists_the_known() {
     let t = Tiny::new("mamba9");
