@@ -187,6 +187,84 @@ unsafe fn block_into<const HALF: bool, const R: usize, const C: usize>(
     }
 }
 
+thread_local! {
+    /// [`f16_widened`]'s f32 copies: the tile's tokens, then one 4-row weight block.
+    static WIDE: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `n` (a multiple of 16) F16 values at `src` → f32 at `dst` (exact).
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn widen_f16(src: *const u8, dst: *mut f32, n: usize) {
+    for i in (0..n).step_by(16) {
+        _mm512_storeu_ps(dst.add(i), _mm512_cvtph_ps(_mm256_loadu_si256(src.add(2 * i) as *const __m256i)));
+    }
+}
+
+/// The F16 tinyBLAS tile with both sides widened to f32 once — the tile's tokens up
+/// front, each 4-row weight block before its pass over the tokens — then the F32 blocks:
+/// F16 → F32 is exact and the FMAs are the same, so every output keeps its bits, without
+/// one conversion per operand and block (they took a vector port beside each FMA).
+fn f16_widened(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
+    let n = t.n;
+    let (rb, tb) = (t.rows - t.rows % 4, t.tokens - t.tokens % 4);
+    WIDE.with(|cell| {
+        let (xf, wf) = &mut *cell.borrow_mut();
+        xf.resize(t.tokens * n, 0.0);
+        wf.resize(4 * n, 0.0);
+        for tok in 0..t.tokens {
+            let src = &t.x[tok * t.x_stride..][..2 * n];
+            // SAFETY: AVX-512F/F16C checked by the caller (`has_vnni`); `src` holds `n`
+            // F16 values and `xf` room for `n` f32 at `tok·n`.
+            unsafe { widen_f16(src.as_ptr(), xf.as_mut_ptr().add(tok * n), n) };
+        }
+        let xs: Vec<*const u8> = (0..t.tokens).map(|tok| xf[tok * n..].as_ptr() as *const u8).collect();
+        let mut pass = |r0: usize, nr: usize| {
+            for r in 0..nr {
+                let src = &t.w[(r0 + r) * t.w_stride..][..2 * n];
+                // SAFETY: as above, for weight row `r0 + r` into slot `r` of `wf`.
+                unsafe { widen_f16(src.as_ptr(), wf.as_mut_ptr().add(r * n), n) };
+            }
+            let w4: [*const u8; 4] = std::array::from_fn(|r| wf[r * n..].as_ptr() as *const u8);
+            let put = |y: &mut [f32], t0: usize, r: usize, c: usize, v: f32| y[(t0 + c) * y_stride + r0 + r] = v;
+            if nr == 4 {
+                for t0 in (0..tb).step_by(4) {
+                    let mut out = [[0f32; 4]; 4];
+                    // SAFETY: AVX-512F checked; the pointers hold `n` f32 each (`n % 16 == 0`).
+                    unsafe { tinyblas_block::<false, 4, 4>(n, w4, std::array::from_fn(|c| xs[t0 + c]), &mut out) };
+                    for (r, or) in out.iter().enumerate() {
+                        for (c, v) in or.iter().enumerate() {
+                            put(y, t0, r, c, *v);
+                        }
+                    }
+                }
+                for t0 in tb..t.tokens {
+                    let mut out = [[0f32; 1]; 4];
+                    // SAFETY: as above, one token.
+                    unsafe { tinyblas_block::<false, 4, 1>(n, w4, [xs[t0]], &mut out) };
+                    for (r, or) in out.iter().enumerate() {
+                        put(y, t0, r, 0, or[0]);
+                    }
+                }
+            } else {
+                for r in 0..nr {
+                    for (t0, &x) in xs.iter().enumerate() {
+                        let mut out = [[0f32; 1]; 1];
+                        // SAFETY: as above, one row and one token.
+                        unsafe { tinyblas_block::<false, 1, 1>(n, [w4[r]], [x], &mut out) };
+                        put(y, t0, r, 0, out[0][0]);
+                    }
+                }
+            }
+        };
+        for r0 in (0..rb).step_by(4) {
+            pass(r0, 4);
+        }
+        if rb < t.rows {
+            pass(rb, t.rows - rb);
+        }
+    });
+}
+
 fn float_tile<const HALF: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let one: crate::registry::VecDotFn = if HALF { f16_f16 } else { f32_f32 };
     if !tinyblas_applies(t) || !has_vnni() {
@@ -199,6 +277,9 @@ fn float_tile<const HALF: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
             || (t.w.len() >= (t.rows - 1) * t.w_stride + row && t.x.len() >= (t.tokens - 1) * t.x_stride + row),
         "tile shorter than its rows"
     );
+    if HALF {
+        return f16_widened(t, y, y_stride);
+    }
     // 4 rows × 4 tokens per block (16 accumulators, 8 loads: 24 of the 32 registers),
     // then the leftover tokens one at a time and the leftover rows one at a time
     let (rb, tb) = (t.rows - t.rows % 4, t.tokens - t.tokens % 4);
