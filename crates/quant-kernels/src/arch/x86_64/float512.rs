@@ -237,20 +237,20 @@ fn f16_widened(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
                         }
                     }
                 }
-                for t0 in tb..t.tokens {
+                for (t0, &x) in xs.iter().enumerate().skip(tb) {
                     let mut out = [[0f32; 1]; 4];
                     // SAFETY: as above, one token.
-                    unsafe { tinyblas_block::<false, 4, 1>(n, w4, [xs[t0]], &mut out) };
+                    unsafe { tinyblas_block::<false, 4, 1>(n, w4, [x], &mut out) };
                     for (r, or) in out.iter().enumerate() {
                         put(y, t0, r, 0, or[0]);
                     }
                 }
             } else {
-                for r in 0..nr {
+                for (r, &w) in w4.iter().enumerate().take(nr) {
                     for (t0, &x) in xs.iter().enumerate() {
                         let mut out = [[0f32; 1]; 1];
                         // SAFETY: as above, one row and one token.
-                        unsafe { tinyblas_block::<false, 1, 1>(n, [w4[r]], [x], &mut out) };
+                        unsafe { tinyblas_block::<false, 1, 1>(n, [w], [x], &mut out) };
                         put(y, t0, r, 0, out[0][0]);
                     }
                 }
