@@ -166,12 +166,12 @@ impl Pool {
 
 /// Elements below which [`Pool::for_rows`] stays on the calling thread (waking the pool
 /// costs more than a few thousand element-wise operations).
-pub const ROWS_MIN_ELEMS: usize = 8192;
+const ROWS_MIN_ELEMS: usize = 8192;
 
 impl Pool {
     /// Calls `f(first_row, rows)` over `data` cut into runs of whole rows of `width`
     /// elements (two runs per thread), spread over the pool; on the calling thread alone,
-    /// as one run, when `data` holds fewer than [`ROWS_MIN_ELEMS`] elements or one row.
+    /// as one run, when `data` holds fewer than 8192 elements (`ROWS_MIN_ELEMS`) or one row.
     /// For row-wise operations (norms, rope, activations, residual adds), whose rows do
     /// not depend on each other: the cut changes no row's arithmetic.
     pub fn for_rows<T: Send>(&self, data: &mut [T], width: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {
