@@ -219,25 +219,26 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     if n == 0 {
         return;
     }
-    let sum = sc::sum_squares_f64(&x[..n]);
-    let mean = (sum / n as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    let scale = rms_scale(&x[..n], eps);
     for i in 0..n {
         let v = x[i] * scale;
         out[i] = if i < w.len() { v * w[i] } else { v };
     }
 }
 
+/// `1/√(mean(x²) + ε)` as ggml's `rms_norm` (sum of squares in f64, the mean rounded to f32).
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mean = (sc::sum_squares_f64(x) / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
 /// [`rms_norm`] of `x` into itself (the same arithmetic: the sum of squares is taken
 /// before any element is written).
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let n = x.len();
-    if n == 0 {
+    if x.is_empty() {
         return;
     }
-    let sum = sc::sum_squares_f64(x);
-    let mean = (sum / n as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for (i, v) in x.iter_mut().enumerate() {
         let s = *v * scale;
         *v = if i < w.len() { s * w[i] } else { s };
