@@ -354,3 +354,27 @@ pub fn scale_inplace(y: &mut [f32], s: f32) {
         *a *= s;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_in_place_has_the_bits_of_rms_norm() {
+        let mut s = 11u32;
+        for n in [1usize, 7, 64, 576, 2048] {
+            let x: Vec<f32> = (0..n)
+                .map(|_| {
+                    s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                    (s >> 8) as f32 / (1u32 << 20) as f32 - 8.0
+                })
+                .collect();
+            let w: Vec<f32> = x.iter().map(|v| v * 0.37 + 1.0).collect();
+            let mut want = vec![0f32; n];
+            rms_norm(&x, &w, 1e-6, &mut want);
+            let mut got = x.clone();
+            rms_norm_inplace(&mut got, &w, 1e-6);
+            assert_eq!(got, want, "n={n}");
+        }
+    }
+}
