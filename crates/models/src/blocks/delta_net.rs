@@ -253,6 +253,19 @@ impl DeltaNet {
     }
 }
 
+/// How many of `ggml_ssm_conv`'s `k` taps the reference build sums without FMA. GCC 12
+/// (`-O3 -march=native`, x86-64) vectorizes the tap loop `sumf += s[i]·c[i]` as an in-order
+/// reduction: whole groups of 8 taps (when `k ≥ 8`) and then one group of 4 (when at least
+/// 4 remain) as one `vmulps` of rounded products, each added to the sum in tap order; only
+/// the last `k mod 4` taps are its scalar epilogue, where `-ffp-contract=fast` makes each a
+/// `vfmadd231ss`. So d_conv 4 (Mamba-2, the gated delta net) has no FMA at all and d_conv 3
+/// (LFM2) is all FMA (read from the reference's `ggml_compute_forward_ssm_conv` disassembly).
+pub(crate) fn conv_plain_taps(k: usize) -> usize {
+    let eights = if k >= 8 { k & !7 } else { 0 };
+    let fours = if k - eights >= 4 { 4 } else { 0 };
+    eights + fours
+}
+
 /// Channels per task of [`causal_conv`] (a multiple of every SIMD width, so a block's
 /// piece of a row starts on a vector boundary).
 const CONV_BLOCK: usize = 64;
@@ -261,9 +274,10 @@ const CONV_BLOCK: usize = 64;
 /// `kernel` holds `k = kernel.len() / ch` taps per channel) after its conv state `past`
 /// (`k − 1` inputs per channel, oldest first), into the rows of `y` (`ch` wide); `past`
 /// becomes the last `k − 1` inputs. Each output is ggml's `sumf += s·c` loop over the taps
-/// as GCC contracts it, one FMA chain from 0 — here per channel over all tokens at once
-/// ([`ops::mad_f32`]). Blocks of 64 channels run on the pool's threads, as
-/// ggml-cpu splits the op's rows; no output depends on the split.
+/// as the reference build's GCC compiles it ([`conv_plain_taps`]): the first taps as rounded
+/// products added in order, the rest one FMA chain — here per channel over all tokens at
+/// once. Blocks of 64 channels run on the pool's threads, as ggml-cpu splits the op's rows;
+/// no output depends on the split.
 #[allow(clippy::too_many_arguments)]
 pub fn causal_conv(
     pool: &Pool,
@@ -280,6 +294,7 @@ pub fn causal_conv(
     }
     let k = kernel.len() / ch;
     let p = k.saturating_sub(1);
+    let plain = conv_plain_taps(k);
     let nb = ch.div_ceil(CONV_BLOCK);
     let mut pieces: Vec<Vec<&mut [f32]>> = (0..nb).map(|_| Vec::with_capacity(n)).collect();
     for row in y[..n * ch].chunks_exact_mut(ch) {
@@ -312,7 +327,13 @@ pub fn causal_conv(
             }
             acc.fill(0.0);
             for (i, &wi) in kernel[c * k..(c + 1) * k].iter().enumerate() {
-                ops::mad_f32(&mut acc, wi, &win[i..i + n]);
+                if i < plain {
+                    for (a, &xi) in acc.iter_mut().zip(&win[i..i + n]) {
+                        *a += xi * wi;
+                    }
+                } else {
+                    ops::mad_f32(&mut acc, wi, &win[i..i + n]);
+                }
             }
             for (row, &v) in rows.iter_mut().zip(&acc) {
                 row[j] = v;
@@ -526,7 +547,8 @@ mod tests {
         assert_eq!(all.conv, split.conv);
     }
 
-    /// ggml's loop as written: per channel and token one `mul_add` chain over the taps.
+    /// ggml's loop as the reference compiles it: per channel and token, the first
+    /// [`conv_plain_taps`] taps as products added in order, the rest a `mul_add` chain.
     fn conv_ggml_loop(kernel: &[f32], ch: usize, x: &[f32], stride: usize, n: usize, past: &mut [f32]) -> Vec<f32> {
         let k = kernel.len() / ch;
         let p = k - 1;
@@ -537,7 +559,7 @@ mod tests {
             for t in 0..n {
                 let mut sum = 0.0f32;
                 for (i, &w) in kernel[c * k..(c + 1) * k].iter().enumerate() {
-                    sum = win[t + i].mul_add(w, sum);
+                    sum = if i < conv_plain_taps(k) { sum + win[t + i] * w } else { win[t + i].mul_add(w, sum) };
                 }
                 y[t * ch + c] = sum;
             }
@@ -547,11 +569,21 @@ mod tests {
     }
 
     #[test]
+    fn plain_taps_follow_the_reference_vectorization() {
+        // d_conv → taps without FMA, as read from the reference's disassembly
+        let want =
+            [(1, 0), (2, 0), (3, 0), (4, 4), (5, 4), (7, 4), (8, 8), (11, 8), (12, 12), (13, 12), (16, 16), (20, 20)];
+        for (k, plain) in want {
+            assert_eq!(conv_plain_taps(k), plain, "d_conv {k}");
+        }
+    }
+
+    #[test]
     fn the_conv_is_ggml_loop_bit_for_bit_on_any_split() {
         // 150 channels: two whole blocks and a partial one; rows read with a stride
-        let (ch, k, stride) = (150, 4, 171);
-        let kernel: Vec<f32> = (0..ch * k).map(|i| ((i * 29 % 83) as f32 - 41.0) / 13.0).collect();
-        for n in [1, 3, 17, 40] {
+        let (ch, stride) = (150, 171);
+        for (k, n) in [(4, 1), (4, 3), (4, 17), (4, 40), (3, 17), (2, 5), (5, 9), (7, 9), (8, 6), (11, 9), (13, 9)] {
+            let kernel: Vec<f32> = (0..ch * k).map(|i| ((i * 29 % 83) as f32 - 41.0) / 13.0).collect();
             let x: Vec<f32> = (0..n * stride).map(|i| ((i * 53 % 97) as f32 - 48.0) / 7.3).collect();
             let past0: Vec<f32> = (0..(k - 1) * ch).map(|i| ((i * 11 % 31) as f32 - 15.0) / 3.1).collect();
             let mut want_past = past0.clone();
