@@ -179,8 +179,9 @@ struct OursRound {
     kernels: String,
 }
 
-/// One `gguf bench` run; with `dram`, also its DRAM read bound (a 512 MiB stream-read
-/// buffer: such a run's peak RSS is not the engine's, so the timed rounds go without it).
+/// One `gguf bench` run; with `dram`, also its DRAM read bound (a stream-read loop over 4×
+/// the largest cache: such a run's peak RSS is not the engine's, so the timed rounds go
+/// without it).
 fn ours_round(bin: &Path, model: &Path, o: &BenchOpts, dram: bool) -> Result<OursRound> {
     let mut args: Vec<String> = vec![
         "bench".into(),

@@ -20,7 +20,7 @@ use crate::engine::{load, peak_rss, threads, Loaded, ModelArgs, INTERRUPTED};
 
 mod weights;
 
-pub use weights::{dram_read_bound, weight_report, TypeUse, WeightReport};
+pub use weights::{dram_buffer_bytes, dram_read_bound, weight_report, TypeUse, WeightReport};
 
 /// `gguf bench` (boxed: the parameter lists are many).
 #[derive(Args, Debug)]
@@ -174,7 +174,8 @@ pub struct BenchOpts {
     /// token reads (stderr; always part of `--json`).
     #[arg(long)]
     weights: bool,
-    /// Measure the DRAM read bound (a stream-read loop over 512 MiB) at each thread count
+    /// Measure the DRAM read bound (a stream-read loop over 4 × the largest CPU cache, at
+    /// least 512 MiB) at each thread count
     /// and report each generation test's share of it (stderr; `--json`: per result).
     #[arg(long = "dram-bound")]
     dram_bound: bool,
@@ -1422,8 +1423,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let bound = (args.dram_bound && n_gen > 0).then(|| {
             *bounds.entry(n_threads).or_insert_with(|| {
                 progress(format!("benchmark {k}/{count}: DRAM read bound at {n_threads} threads"));
-                let b = dram_read_bound(&pool, 512 << 20, 5);
-                eprintln!("DRAM read bound (stream-read loop, 512 MiB, {n_threads} threads): {:.1} GB/s", b / 1e9);
+                let (bytes, llc) = dram_buffer_bytes();
+                let b = dram_read_bound(&pool, bytes, 5);
+                let why = llc.map(|c| format!(" (the largest cache {} MiB)", c >> 20)).unwrap_or_default();
+                eprintln!(
+                    "DRAM read bound (stream-read loop, {} MiB{why}, {n_threads} threads): {:.1} GB/s",
+                    bytes >> 20,
+                    b / 1e9
+                );
                 b
             })
         });

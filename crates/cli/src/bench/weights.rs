@@ -100,6 +100,44 @@ pub fn weight_report(file: &SplitGguf) -> WeightReport {
     WeightReport { types, decode_bytes: decode as u64 }
 }
 
+/// The stream-read loop's buffer: 4 × the largest CPU cache (STREAM's rule, so that no
+/// pass is served from the last-level cache — a 480 MiB L3 held part of a 512 MiB buffer
+/// and gave 20–29 GB/s between runs), at least 512 MiB, at most a quarter of the memory
+/// available; with the cache size found (Linux sysfs), if any.
+pub fn dram_buffer_bytes() -> (usize, Option<u64>) {
+    let llc = largest_cache();
+    let want = llc.map_or(0, |c| c.saturating_mul(4)).max(512 << 20);
+    let cap = mem_available().map_or(u64::MAX, |m| (m / 4).max(512 << 20));
+    (want.min(cap) as usize, llc)
+}
+
+/// Bytes of the largest cache of CPU 0 (`/sys/devices/system/cpu/cpu0/cache/index*/size`).
+fn largest_cache() -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| parse_size(s.trim()))
+        .max()
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A sysfs cache size: `48K`, `2048K`, `480M`, or plain bytes.
+fn parse_size(s: &str) -> Option<u64> {
+    let (num, mul) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
 /// Sequential read bandwidth in bytes per second over `bytes` (rounded to whole 2 MiB
 /// chunks, at least one) with the threads of `pool`: the best of `passes` passes after one
 /// that faults the pages in. Each chunk is summed with eight independent accumulators, so
@@ -130,6 +168,28 @@ pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_size("48K"), Some(48 << 10));
+        assert_eq!(parse_size("491520K"), Some(480 << 20));
+        assert_eq!(parse_size("32M"), Some(32 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("K"), None);
+        assert_eq!(parse_size("x1M"), None);
+    }
+
+    #[test]
+    fn the_buffer_is_at_least_512_mib_and_four_caches_when_memory_allows() {
+        let (bytes, llc) = dram_buffer_bytes();
+        assert!(bytes >= 512 << 20, "{bytes}");
+        if let (Some(c), Some(m)) = (llc, mem_available()) {
+            if c * 4 <= m / 4 {
+                assert!(bytes as u64 >= 4 * c, "{bytes} for a {c}-byte cache");
+            }
+        }
+    }
 
     #[test]
     fn stream_loop_measures_a_positive_finite_rate() {
