@@ -166,6 +166,19 @@ pub fn expf_ggml_inplace(x: &mut [f32]) {
     }
 }
 
+/// The wrapping sum of `words` by eight independent accumulators (one per 64-bit lane of
+/// a 64-byte line, so the loop is bound by memory, not by the adds), reading with
+/// software prefetches to L2 `prefetch` bytes ahead on x86-64 (`0`: none, the hardware
+/// prefetcher alone): a stream-read loop for measuring the memory's read bandwidth.
+pub fn stream_sum(words: &[u64], prefetch: usize) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if prefetch > 0 {
+        return x86::ops::stream_sum_prefetch(words, prefetch);
+    }
+    let _ = prefetch;
+    sc::stream_sum(words)
+}
+
 /// `y[i] += a·x[i]`.
 pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     let n = y.len().min(x.len());
@@ -357,6 +370,18 @@ pub fn scale_inplace(y: &mut [f32], s: f32) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn stream_sum_is_the_wrapping_sum_at_any_prefetch_distance() {
+        let words: Vec<u64> = (0..1003u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+        for n in [0, 1, 7, 8, 9, 64, 1003] {
+            let want = words[..n].iter().fold(0u64, |s, &w| s.wrapping_add(w));
+            for pf in [0, 64, 4096, usize::MAX / 2] {
+                assert_eq!(stream_sum(&words[..n], pf), want, "{n} words, prefetch {pf}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]

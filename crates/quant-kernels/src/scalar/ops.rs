@@ -25,6 +25,22 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[f16]) {
     }
 }
 
+/// The wrapping sum of `words` by eight accumulators, one per lane of each 8-word chunk
+/// (the tail, fewer than 8 words, into the first ones).
+pub fn stream_sum(words: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut chunks = words.chunks_exact(8);
+    for c in &mut chunks {
+        for k in 0..8 {
+            acc[k] = acc[k].wrapping_add(c[k]);
+        }
+    }
+    for (a, &w) in acc.iter_mut().zip(chunks.remainder()) {
+        *a = a.wrapping_add(w);
+    }
+    acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+}
+
 /// `y += a·x`.
 pub fn axpy_f32(y: &mut [f32], a: f32, x: &[f32]) {
     for (y, x) in y.iter_mut().zip(x) {

@@ -9,11 +9,14 @@
 
 use core::arch::x86_64::*;
 
-use super::tiles::Ahead;
+use super::tiles::prefetch_ahead;
 use crate::scalar::act::Q8_K_BYTES;
 
 /// Bytes of a q4_K block.
 const WB: usize = 144;
+
+/// Rows ahead of its reads that each row's weights are prefetched ([`prefetch_ahead`]).
+const ROWS_AHEAD: usize = 6;
 
 /// The 8 scales and 8 mins of a q4_K block's 12 scale bytes (`get_scale_min_k4`), as
 /// ggml-cpu unpacks them with 32-bit masks: bytes 0–7 scales, 8–15 mins.
@@ -57,9 +60,7 @@ pub(super) unsafe fn q4_k_one(
     while r < r4 {
         let mut acc = _mm_setzero_ps();
         let mut accm = _mm_setzero_ps();
-        let mut ahead = Ahead::new(w.wrapping_add((r + 4) * w_stride));
         for b in 0..nb {
-            ahead.advance(4 * WB);
             let xb = x.add(b * Q8_K_BYTES);
             let dx = (xb as *const f32).read_unaligned();
             let ld = |o: usize| _mm256_loadu_si256(xb.add(4 + o) as *const __m256i);
@@ -73,6 +74,7 @@ pub(super) unsafe fn q4_k_one(
             let mut d = [0u32; 4];
             for (i, (is, im)) in is.iter_mut().zip(im.iter_mut()).enumerate() {
                 let wb = w.add((r + i) * w_stride + b * WB);
+                prefetch_ahead::<WB, 3>(wb, ROWS_AHEAD * w_stride);
                 d[i] = (wb as *const u32).read_unaligned();
                 let sm = scales_mins(&*(wb.add(4) as *const [u8; 12]));
                 let s8 = _mm_set_epi32(0, 0, sm[1] as i32, sm[0] as i32);

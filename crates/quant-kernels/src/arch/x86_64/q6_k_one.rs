@@ -12,11 +12,14 @@
 
 use core::arch::x86_64::*;
 
-use super::tiles::Ahead;
+use super::tiles::prefetch_ahead;
 use crate::scalar::act::Q8_K_BYTES;
 
 /// Bytes of a q6_K block: `ql` 128, `qh` 64, `scales` 16, `d` 2.
 const WB: usize = 210;
+
+/// Rows ahead of its reads that each row's weights are prefetched ([`prefetch_ahead`]).
+const ROWS_AHEAD: usize = 6;
 
 /// `rows` q6_K rows (`nb` blocks each, `w_stride` bytes apart) · one Q8_K row `x`,
 /// results to `y[r]`. Returns the rows done (a multiple of 4); the rest is the caller's.
@@ -52,9 +55,7 @@ pub(super) unsafe fn q6_k_one(
     while r < r4 {
         // rows (0, 1) in acc[0], (2, 3) in acc[1]: lanes 0–7 the first row's, 8–15 the second's
         let mut acc = [_mm512_setzero_ps(); 2];
-        let mut ahead = Ahead::new(w.wrapping_add((r + 4) * w_stride));
         for b in 0..nb {
-            ahead.advance(4 * WB);
             let xb = x.add(b * Q8_K_BYTES);
             let dx = (xb as *const f32).read_unaligned();
             let xs: [__m512i; 4] = core::array::from_fn(|k| _mm512_loadu_si512(xb.add(4 + 64 * k) as *const __m512i));
@@ -63,6 +64,7 @@ pub(super) unsafe fn q6_k_one(
             let mut d = [0f32; 4];
             for (i, s) in sumi.iter_mut().enumerate() {
                 let wb = w.add((r + i) * w_stride + b * WB);
+                prefetch_ahead::<WB, 5>(wb, ROWS_AHEAD * w_stride);
                 let sc8 = _mm_loadu_si128(wb.add(192) as *const __m128i);
                 let sc16 = _mm256_cvtepi8_epi16(sc8);
                 let s16 = _mm512_castsi256_si512(sc16);
