@@ -1,7 +1,7 @@
 //! AVX2 one-token (decode) kernels for q4_K and q6_K, four weight rows at a time: the
-//! token's Q8_K block loaded once for the four rows, the next four rows prefetched as one
-//! stream ([`Ahead`]), each row's float steps those of the kernel it stands in for, so
-//! the same bits:
+//! token's Q8_K block loaded once for the four rows, each row's block prefetched 6 rows
+//! ahead ([`prefetch_ahead`], as the AVX-512 one-token kernels), each row's float steps
+//! those of the kernel it stands in for, so the same bits:
 //!
 //! - [`q4_k_one`]: llama.cpp's repacked AVX2 `gemv_q4_K_8x8_q8_K` (the one-token path of
 //!   `kquant_avx2.rs`'s q4_K tile for matrices of 8k rows): per block and row the exact
@@ -14,13 +14,16 @@
 use core::arch::x86_64::*;
 
 use super::avx2::{self, k4_utmp, shuffle_k4};
-use super::tiles::{hsum_float_8, load256, Ahead};
+use super::tiles::{hsum_float_8, load256, prefetch_ahead};
 use crate::scalar::act::Q8_K_BYTES;
 
 /// Bytes of a q4_K block.
 const Q4_K_BYTES: usize = 144;
 /// Bytes of a q6_K block.
 const Q6_K_BYTES: usize = 210;
+
+/// Rows ahead of its reads that each row's weights are prefetched ([`prefetch_ahead`]).
+const ROWS_AHEAD: usize = 6;
 
 /// `rows − rows % 4` q4_K rows (`nb` blocks each, `w_stride` bytes apart) · one Q8_K row
 /// `x`, results to `y[r]`; returns the rows done (the rest is the caller's).
@@ -43,9 +46,7 @@ pub(super) unsafe fn q4_k_one(
     for r in (0..r4).step_by(4) {
         let mut acc = _mm_setzero_ps();
         let mut accm = _mm_setzero_ps();
-        let mut ahead = Ahead::new(w.wrapping_add((r + 4) * w_stride));
         for b in 0..nb {
-            ahead.advance(4 * Q4_K_BYTES);
             let xb = x.add(b * Q8_K_BYTES);
             let dx = _mm_set1_ps((xb as *const f32).read_unaligned());
             let xs: [__m256i; 8] = core::array::from_fn(|k| load256(xb.add(4 + 32 * k)));
@@ -57,6 +58,7 @@ pub(super) unsafe fn q4_k_one(
             let mut dd = [0i32; 4];
             for i in 0..4 {
                 let wb = w.add((r + i) * w_stride + b * Q4_K_BYTES);
+                prefetch_ahead::<Q4_K_BYTES, 3>(wb, ROWS_AHEAD * w_stride);
                 dd[i] = (wb as *const i32).read_unaligned();
                 let u = k4_utmp(&*(wb.add(4) as *const [u8; 12]));
                 let s16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, u[1] as i32, u[0] as i32));
@@ -111,12 +113,12 @@ pub(super) unsafe fn q6_k_one(
     let r4 = rows - rows % 4;
     for r in (0..r4).step_by(4) {
         let mut acc = [_mm256_setzero_ps(); 4];
-        let mut ahead = Ahead::new(w.wrapping_add((r + 4) * w_stride));
         for b in 0..nb {
-            ahead.advance(4 * Q6_K_BYTES);
             let xb = x.add(b * Q8_K_BYTES);
             for (i, acc) in acc.iter_mut().enumerate() {
-                let (d, sumi) = avx2::q6_k_block(w.add((r + i) * w_stride + b * Q6_K_BYTES), xb);
+                let wb = w.add((r + i) * w_stride + b * Q6_K_BYTES);
+                prefetch_ahead::<Q6_K_BYTES, 5>(wb, ROWS_AHEAD * w_stride);
+                let (d, sumi) = avx2::q6_k_block(wb, xb);
                 *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
             }
         }
