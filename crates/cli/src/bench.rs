@@ -501,7 +501,7 @@ impl Params {
                 | "fit_min_ctx" => "there is no GPU here",
                 "tensor_buft_overrides" => "every tensor is in host memory already",
                 "no_kv_offload" => "the KV cache is always in host memory",
-                "load_mode" => "the model is always memory-mapped",
+                "load_mode" => "the file is memory-mapped (GGUF_MMAP=0: read into memory)",
                 "lazy_mode" | "embeddings" => "this engine has no such mode",
                 "repack" => "the engine reads the weights in place (no repacking)",
                 "cpu_mask" | "cpu_strict" | "poll" => "worker threads are not pinned and poll the same way",
@@ -1308,6 +1308,8 @@ fn load_model(name: Option<&str>) -> Result<Loaded> {
         ubatch: 512,
         cache_type_k: "f16".into(),
         cache_type_v: "f16".into(),
+        no_mmap: false,
+        mmap: false,
     })
 }
 

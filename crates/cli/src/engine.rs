@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use gguf_models::residency::Residency;
 use gguf_models::{CacheType, Logits, Model, State, StateOptions};
 use gguf_tokenizer::Tokenizer;
 
@@ -54,6 +55,14 @@ pub struct ModelArgs {
     /// V cache type: f16, f32 or q8_0.
     #[arg(long = "cache-type-v", default_value = "f16")]
     pub cache_type_v: String,
+    /// Read the weights into memory instead of mapping the file (llama.cpp's `--no-mmap`;
+    /// also `GGUF_MMAP=0`): decode speed whatever state the page cache is in, at a slower
+    /// load.
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
+    /// Map the file (the default; llama.cpp's `--mmap`).
+    #[arg(long = "mmap", conflicts_with = "no_mmap")]
+    pub mmap: bool,
 }
 
 /// `gguf run`.
@@ -165,6 +174,10 @@ pub fn model_path(m: Option<&Path>) -> Result<PathBuf> {
 
 /// Resolves `-m` (or the default model) and loads model and tokenizer.
 pub fn load(args: &ModelArgs) -> Result<Loaded> {
+    if args.no_mmap || args.mmap {
+        let r = if args.no_mmap { Residency::Resident } else { Residency::Mapped };
+        gguf_models::residency::set_residency(r);
+    }
     let path = model_path(args.model.as_deref())?;
     let t0 = Instant::now();
     let (file, model) = gguf_models::load(&path).with_context(|| format!("loading {}", path.display()))?;

@@ -109,6 +109,8 @@ pub fn run(a: &TaskCheckArgs) -> Result<()> {
             ubatch: 512,
             cache_type_k: "f16".into(),
             cache_type_v: "f16".into(),
+            no_mmap: false,
+            mmap: false,
         };
         let l = engine::load(&args)?;
         let template = if a.raw {

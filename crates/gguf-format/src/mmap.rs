@@ -21,6 +21,13 @@ impl Bytes {
         // writer never writes to a file in place (it renames a finished temporary).
         #[allow(unsafe_code)] // the crate's one `unsafe`: the memory map
         let map = unsafe { memmap2::Mmap::map(file)? };
+        // Huge pages where the page cache has them: a file system with large folios
+        // (ext4, xfs, …) reads such a mapping ahead in 2 MiB folios, which the kernel then
+        // maps with one page-table entry each. Decode reads every weight once per token:
+        // llama-1b Q4_K_M 26.9 → 32.5 t/s on a Sapphire Rapids VM (`gguf_models::residency`).
+        // Advice only: where the kernel does not follow it, nothing changes.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
         Ok(Bytes::Mapped(map))
     }
 }

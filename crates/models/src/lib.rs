@@ -39,6 +39,7 @@ pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod registry;
+pub mod residency;
 pub mod rope;
 pub mod sampling;
 pub mod synthetic;

@@ -1043,17 +1043,22 @@ fn qwen35_carries_its_recurrent_state_across_calls() {
     assert!(all.iter().all(|x| x.is_finite()));
     assert_eq!(st.n_past(), tokens.len());
     // The same tokens in ubatches of 3, and one at a time: the conv and delta-rule states
-    // (and the KV cache) carry the sequence from call to call.
+    // (and the KV cache) carry the sequence from call to call. One token per call runs the
+    // one-token kernels (llama.cpp's `ub 1` arithmetic, which `verify families` matches bit
+    // for bit), a batch the tile kernels: their rounding differs by up to 1.7e-4 of a logit
+    // here (since the convolution sums its taps as the reference does); a state not
+    // carried is off by O(1).
+    let far = |a: &[f32], b: &[f32]| a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-3 * x.abs().max(1.0));
     for ub in [3, 1] {
         let mut st = qwen35_state(model.as_ref(), ub);
         let got = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
-        assert!(!rows_differ(&all, &got), "ubatch {ub}");
+        assert!(!far(&all, &got), "ubatch {ub}");
         let mut st = qwen35_state(model.as_ref(), 512);
         let mut last = Vec::new();
         for &t in &tokens {
             last = model.forward(st.as_mut(), &[t], Logits::Last).unwrap();
         }
-        assert!(!rows_differ(&all[(tokens.len() - 1) * v..], &last));
+        assert!(!far(&all[(tokens.len() - 1) * v..], &last));
     }
     // A recurrent state cannot roll back: truncating forgets the sequence, and the next
     // forward starts it again.

@@ -41,6 +41,9 @@ fn main() {
         ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
     };
     let buf: Vec<u64> = (0..(mib << 17) as u64).collect();
+    if let Some(path) = filter.strip_prefix("file=") {
+        return from_file(&pool, &buf, rounds, path);
+    }
     if filter == "llama-1b" {
         return llama_1b(&pool, &buf, rounds);
     }
@@ -126,6 +129,13 @@ fn llama_1b(pool: &Pool, buf: &[u64], rounds: usize) {
         let mut per = [(0f64, 0f64); 6];
         let t0 = Instant::now();
         for (w, &k) in ws.iter().zip(&order) {
+            if std::env::var_os("DB_CHURN").is_some() {
+                let v = vec![1.0f32; 128_256 + k * 1000];
+                black_box(&v);
+                drop(v);
+                let kv = vec![0u16; 65536 * 4];
+                black_box(kv.iter().map(|&x| x as u64).sum::<u64>());
+            }
             let tp = Instant::now();
             matmul(pool, w, &x[..w.cols()], 1, &mut y[..w.rows()]).unwrap();
             per[k].0 += tp.elapsed().as_secs_f64();
@@ -145,6 +155,59 @@ fn llama_1b(pool: &Pool, buf: &[u64], rounds: usize) {
     }
     println!(
         "llama-1b Q4_K_M products ({} MiB) decode {best_k:6.2} GB/s | stream {best_s:6.2} GB/s | {:5.1} %",
+        total >> 20,
+        100.0 * best_k / best_s
+    );
+}
+
+/// One decode token's products over a GGUF file's own mapped weights: every 2-D tensor
+/// named `blk.N.*` in layer order (q, k, v, output, gate, up, down), then the output
+/// matrix (`output.weight`, else the tied `token_embd.weight`) — as the engine reads them
+/// when it does not repack, with nothing between the products.
+fn from_file(pool: &Pool, buf: &[u64], rounds: usize, path: &str) {
+    let f = gguf_format::GgufFile::open(path).unwrap();
+    let order = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
+    let find = |name: &str| f.tensors().iter().find(|t| t.name == name);
+    let mut list = Vec::new();
+    for l in 0.. {
+        if find(&format!("blk.{l}.attn_q.weight")).is_none() {
+            break;
+        }
+        for o in order {
+            if let Some(t) = find(&format!("blk.{l}.{o}.weight")) {
+                list.push(t);
+            }
+        }
+    }
+    list.push(find("output.weight").or_else(|| find("token_embd.weight")).unwrap());
+    let copies: Vec<Vec<u8>> = if std::env::var_os("DB_COPY").is_some() {
+        list.iter().map(|t| f.tensor_data(t).unwrap().to_vec()).collect()
+    } else {
+        Vec::new()
+    };
+    let ws: Vec<Matrix<'_>> = list
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let data = if copies.is_empty() { f.tensor_data(t).unwrap() } else { &copies[i][..] };
+            Matrix::new(t.type_id, data, t.dims[1] as usize, t.dims[0] as usize).unwrap()
+        })
+        .collect();
+    let total: usize = ws.iter().map(|w| w.row_bytes() * w.rows()).sum();
+    let x = vec![0.5f32; 16384];
+    let mut y = vec![0f32; ws.iter().map(|w| w.rows()).max().unwrap()];
+    let (mut best_k, mut best_s) = (0f64, 0f64);
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        for w in &ws {
+            matmul(pool, w, &x[..w.cols()], 1, &mut y[..w.rows()]).unwrap();
+        }
+        best_k = best_k.max(total as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        best_s = best_s.max(stream(pool, buf, 0)).max(stream(pool, buf, 8 << 10));
+    }
+    println!(
+        "{path}: {} products ({} MiB) decode {best_k:6.2} GB/s | stream {best_s:6.2} GB/s | {:5.1} %",
+        ws.len(),
         total >> 20,
         100.0 * best_k / best_s
     );

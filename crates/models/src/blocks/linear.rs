@@ -12,12 +12,14 @@ use crate::{Error, Result};
 
 /// `y = x · Wᵀ (+ b)`: a 2-D weight of the model file, read in place from its map — or,
 /// after [`Linear::repack`], from the layout the chosen kernel repacked it into (as
-/// llama.cpp repacks the same types and shapes at load).
+/// llama.cpp repacks the same types and shapes at load) or from a copy in process memory
+/// ([`crate::residency`]).
 pub struct Linear {
     file: Arc<SplitGguf>,
     weight: TensorRef,
     bias: Option<Vec<f32>>,
     repacked: Option<Repacked>,
+    resident: Option<memmap2::MmapMut>,
 }
 
 impl Linear {
@@ -41,7 +43,7 @@ impl Linear {
     /// A weight already located (a tied output is the token embedding's tensor); checks
     /// its type has a decoder now, not at the first token.
     pub fn new(file: Arc<SplitGguf>, weight: TensorRef, bias: Option<Vec<f32>>) -> Result<Linear> {
-        let l = Linear { file, weight, bias, repacked: None };
+        let l = Linear { file, weight, bias, repacked: None, resident: None };
         l.matrix()?;
         Ok(l)
     }
@@ -51,7 +53,8 @@ impl Linear {
     /// Before any [`Linear::repack`].
     pub fn rows_view(&self, r0: usize, n: usize) -> Result<Linear> {
         let t = &self.weight;
-        if self.repacked.is_some() || r0.checked_add(n).is_none_or(|end| end > t.rows()) || t.rows() == 0 {
+        let moved = self.repacked.is_some() || self.resident.is_some();
+        if moved || r0.checked_add(n).is_none_or(|end| end > t.rows()) || t.rows() == 0 {
             return Err(Error::Invalid(format!("rows {r0}..+{n} of `{}` ({} rows)", t.name, t.rows())));
         }
         let row_bytes = t.len / t.rows();
@@ -65,7 +68,7 @@ impl Linear {
     /// The output matrix of a model whose embeddings are `tok_embd`: the file's own
     /// `output.weight` (`[n_embd, n_vocab]`) in its kernel's layout, else `token_embd` tied
     /// and read as stored (llama.cpp repacks the weights of `MUL_MAT`, not the `GET_ROWS`
-    /// input it duplicates).
+    /// input it duplicates) — from a copy in memory when [`crate::residency`] says so.
     pub fn output(ld: &Loader<'_>, tok_embd: &Embedding) -> Result<Linear> {
         let (e, n_vocab) = (tok_embd.tensor().cols(), tok_embd.n_vocab());
         match ld.opt_tensor("output.weight", &[e as u64, n_vocab as u64])? {
@@ -74,24 +77,36 @@ impl Linear {
                 l.repack()?;
                 Ok(l)
             }
-            None => Linear::new(ld.shared()?, tok_embd.tensor().clone(), None),
+            None => {
+                // tied: the products read a copy (or the map, per `crate::residency`); the
+                // embedding rows are still read through the map
+                let mut l = Linear::new(ld.shared()?, tok_embd.tensor().clone(), None)?;
+                if quant_kernels::registry::repack_for(l.weight.type_id, l.rows(), l.cols()).is_none() {
+                    l.repack()?;
+                }
+                Ok(l)
+            }
         }
     }
 
     /// Moves the weight into the layout of the kernel that will read it, when that kernel
-    /// repacks this type and shape on this CPU; the bytes are read from the (shard) file,
-    /// not through the map, so the original pages never become resident. Returns whether
-    /// it was repacked. A weight of a file that [`crate::describe`] is loading stays as
-    /// stored.
+    /// repacks this type and shape on this CPU — else into process memory as stored, when
+    /// [`crate::residency`] keeps this file's matrices resident. The bytes are read from
+    /// the (shard) file, not through the map, so the original pages never become resident.
+    /// Returns whether it was repacked. A weight of a file that [`crate::describe`] is
+    /// loading stays as stored.
     pub fn repack(&mut self) -> Result<bool> {
         let t = &self.weight;
-        if self.repacked.is_some()
-            || quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none()
-            || crate::registry::describing(&self.file)
-        {
+        if self.repacked.is_some() || self.resident.is_some() || crate::registry::describing(&self.file) {
             return Ok(self.repacked.is_some());
         }
         let mut buf = Vec::new();
+        if quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none() {
+            if crate::residency::keep_resident() {
+                self.resident = Some(read_resident(&self.file, t)?);
+            }
+            return Ok(false);
+        }
         read_tensor(&self.file, t, &mut buf)?;
         let m = Matrix::new(t.type_id, &buf, t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))?;
         self.repacked = Repacked::new(&m);
@@ -100,9 +115,13 @@ impl Linear {
 
     /// The weight as the kernels see it.
     pub fn matrix(&self) -> Result<Matrix<'_>> {
-        match &self.repacked {
-            Some(r) => Ok(r.matrix()),
-            None => mat(&self.file, &self.weight),
+        let t = &self.weight;
+        match (&self.repacked, &self.resident) {
+            (Some(r), _) => Ok(r.matrix()),
+            (None, Some(bytes)) => {
+                Matrix::new(t.type_id, &bytes[..t.len], t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))
+            }
+            (None, None) => mat(&self.file, t),
         }
     }
 
@@ -217,6 +236,25 @@ pub(crate) fn mat<'a>(file: &'a SplitGguf, t: &TensorRef) -> Result<Matrix<'a>> 
 
 pub(crate) fn type_error(t: &TensorRef, e: Error) -> Error {
     Error::TensorType { name: t.name.clone(), type_name: t.type_name(), why: e.to_string() }
+}
+
+/// The data bytes of `t` read from the shard file holding it into an anonymous map of
+/// their own, asked for transparent huge pages (fewer page faults while reading, fewer TLB
+/// misses while decoding; the kernel falls back to small pages when it has none).
+pub(crate) fn read_resident(file: &SplitGguf, t: &TensorRef) -> Result<memmap2::MmapMut> {
+    let io = |source| Error::Read { name: t.name.clone(), source };
+    let mut map = memmap2::MmapMut::map_anon(t.len.max(1)).map_err(io)?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileExt;
+        let path = t.shard_file(file).path();
+        std::fs::File::open(path).and_then(|f| f.read_exact_at(&mut map[..t.len], t.start as u64)).map_err(io)?;
+    }
+    #[cfg(not(unix))]
+    map[..t.len].copy_from_slice(t.data(file));
+    Ok(map)
 }
 
 /// The data bytes of `t`, read from the shard file holding it (not through the mmap).
