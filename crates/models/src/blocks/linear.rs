@@ -100,13 +100,13 @@ impl Linear {
         if self.repacked.is_some() || self.resident.is_some() || crate::registry::describing(&self.file) {
             return Ok(self.repacked.is_some());
         }
-        let mut buf = Vec::new();
         if quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none() {
             if crate::residency::keep_resident() {
                 self.resident = Some(read_resident(&self.file, t)?);
             }
             return Ok(false);
         }
+        let mut buf = Vec::new();
         read_tensor(&self.file, t, &mut buf)?;
         let m = Matrix::new(t.type_id, &buf, t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))?;
         self.repacked = Repacked::new(&m);
@@ -314,6 +314,36 @@ mod tests {
         assert_eq!(Linear::load(&Loader::with_shared(&g, "x"), "w", 256, 8).unwrap().repack().unwrap(), repacks);
         drop(mark);
         assert_eq!(l.repack().unwrap(), repacks);
+    }
+
+    /// A resident copy ([`read_resident`], `--no-mmap`) holds the map's bytes and gives the
+    /// same products; a matrix moved into memory is not cut into row views.
+    #[test]
+    fn a_resident_matrix_is_the_mapped_one() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.gguf");
+        let q6_k = ggml_quants::lookup_name("q6_K").unwrap();
+        let x: Vec<f32> = (0..16 * 512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let mut w = GgufWriter::new();
+        w.add_tensor_owned("pad", &[3], 24, vec![1, 2, 3]).unwrap();
+        w.add_tensor_owned("w.weight", &[512, 16], q6_k.id, q6_k.quantize_to_vec(&x, 512, None).unwrap()).unwrap();
+        w.write_to_path(&path).unwrap();
+        let f = Arc::new(SplitGguf::open(&path).unwrap());
+        let ld = Loader::with_shared(&f, "x");
+        let mapped = Linear::load(&ld, "w", 512, 16).unwrap();
+        let mut resident = Linear::load(&ld, "w", 512, 16).unwrap();
+        let t = resident.tensor().clone();
+        let copy = read_resident(&f, &t).unwrap();
+        assert_eq!(&copy[..t.len], t.data(&f));
+        resident.resident = Some(copy);
+        let pool = quant_kernels::Pool::new(2);
+        let a: Vec<f32> = (0..2 * 512).map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0).collect();
+        let (mut y0, mut y1) = (vec![0f32; 32], vec![1f32; 32]);
+        matmul(&pool, &mapped.matrix().unwrap(), &a, 2, &mut y0).unwrap();
+        matmul(&pool, &resident.matrix().unwrap(), &a, 2, &mut y1).unwrap();
+        assert_eq!(y0, y1);
+        assert!(mapped.rows_view(0, 8).is_ok());
+        assert!(resident.rows_view(0, 8).is_err());
     }
 
     /// `read_tensor` (the repacking path's `pread`) finds each tensor in its own shard's
