@@ -146,9 +146,9 @@ const STREAM_PREFETCH: [usize; 4] = [0, 4 << 10, 8 << 10, 16 << 10];
 
 /// Sequential read bandwidth in bytes per second over `bytes` (rounded to whole 2 MiB
 /// chunks, at least one) with the threads of `pool`: the best of `passes` passes after one
-/// that faults the pages in, for each of [`STREAM_PREFETCH`], the best of those. Each chunk
-/// is summed by [`quant_kernels::ops::stream_sum`] (eight independent accumulators, so the
-/// loop is bound by memory, not by the adds).
+/// that faults the pages in, without and with a software prefetch 4, 8 and 16 KiB ahead.
+/// Each chunk is summed by [`quant_kernels::ops::stream_sum`] (eight independent
+/// accumulators, so the loop is bound by memory, not by the adds).
 pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> f64 {
     const CHUNK: usize = 2 << 20;
     let n_chunks = bytes.div_ceil(CHUNK).max(1);

@@ -274,7 +274,7 @@ const CONV_BLOCK: usize = 64;
 /// `kernel` holds `k = kernel.len() / ch` taps per channel) after its conv state `past`
 /// (`k − 1` inputs per channel, oldest first), into the rows of `y` (`ch` wide); `past`
 /// becomes the last `k − 1` inputs. Each output is ggml's `sumf += s·c` loop over the taps
-/// as the reference build's GCC compiles it ([`conv_plain_taps`]): the first taps as rounded
+/// as the reference build's GCC compiles it (`conv_plain_taps`): the first taps as rounded
 /// products added in order, the rest one FMA chain — here per channel over all tokens at
 /// once. Blocks of 64 channels run on the pool's threads, as ggml-cpu splits the op's rows;
 /// no output depends on the split.
