@@ -462,7 +462,6 @@ fn guided_blocks(rows: usize, nth: usize, min: usize) -> Vec<(usize, usize)> {
 /// [`split`] by blocks of `rb` rows (a multiple of 16, or all rows), all tokens per block;
 /// one token by [`guided_blocks`] of at least 16 rows.
 fn split_rows(pool: &Pool, rows: usize, n_tokens: usize, rb: usize, y: &mut [f32], tile: &TileClosure<'_>) {
-    let n_items = rows.div_ceil(rb);
     if n_tokens == 1 {
         let blocks = guided_blocks(rows, pool.n_threads(), 16.min(rb));
         let mut rest = &mut y[..rows];
@@ -479,6 +478,7 @@ fn split_rows(pool: &Pool, rows: usize, n_tokens: usize, rb: usize, y: &mut [f32
         });
         return;
     }
+    let n_items = rows.div_ceil(rb);
     let bufs: Vec<Mutex<Vec<f32>>> = (0..n_items).map(|_| Mutex::new(Vec::new())).collect();
     pool.for_each(n_items, &|i| {
         let nr = rb.min(rows - i * rb);

@@ -81,9 +81,7 @@ impl Linear {
                 // tied: the products read a copy (or the map, per `crate::residency`); the
                 // embedding rows are still read through the map
                 let mut l = Linear::new(ld.shared()?, tok_embd.tensor().clone(), None)?;
-                if quant_kernels::registry::repack_for(l.weight.type_id, l.rows(), l.cols()).is_none() {
-                    l.repack()?;
-                }
+                l.make_resident()?;
                 Ok(l)
             }
         }
@@ -101,9 +99,7 @@ impl Linear {
             return Ok(self.repacked.is_some());
         }
         if quant_kernels::registry::repack_for(t.type_id, t.rows(), t.cols()).is_none() {
-            if crate::residency::keep_resident() {
-                self.resident = Some(read_resident(&self.file, t)?);
-            }
+            self.make_resident()?;
             return Ok(false);
         }
         let mut buf = Vec::new();
@@ -111,6 +107,16 @@ impl Linear {
         let m = Matrix::new(t.type_id, &buf, t.rows(), t.cols()).map_err(|e| type_error(t, e.into()))?;
         self.repacked = Repacked::new(&m);
         Ok(self.repacked.is_some())
+    }
+
+    /// Reads the weight as stored into memory of its own when [`crate::residency`] says so
+    /// (never for a file [`crate::describe`] is loading, nor twice, nor once repacked).
+    fn make_resident(&mut self) -> Result<()> {
+        let moved = self.repacked.is_some() || self.resident.is_some();
+        if !moved && crate::residency::keep_resident() && !crate::registry::describing(&self.file) {
+            self.resident = Some(read_resident(&self.file, &self.weight)?);
+        }
+        Ok(())
     }
 
     /// The weight as the kernels see it.
