@@ -5,23 +5,26 @@
 //! 8192 × 2048, or 2048 × 8192 with `wide`) fill `MiB` of memory — beyond the last-level cache, as a model's weights are — and one
 //! "token" is a one-token `matmul` over every copy in turn, as decoding walks the layers.
 //! Prints the weights' GB/s per token (best of `rounds`) beside the same threads' stream-read
-//! loop over a buffer of the same size (`ops::stream_sum`, with and without prefetching 8 KiB
-//! ahead, as `gguf bench --dram-bound`), and their ratio: how close the kernel comes to the
-//! memory bound. Filter `llama-1b`: one token of llama-3.2-1B Q4_K_M's products instead.
+//! loop over a buffer of the same size advised `MADV_HUGEPAGE` (`ops::stream_sum`, with and
+//! without prefetching 8 KiB ahead, as `gguf bench --dram-bound`), and their ratio: how
+//! close the kernel comes to the memory bound. Filters: `llama-1b` (one token of
+//! llama-3.2-1B Q4_K_M's products), `file=PATH` (a file's products, `DB_REPACK`/`DB_COPY`),
+//! `pages=PATH` (the same on 2 MiB vs 4 KiB pages vs the file map), `stream` (the loop on
+//! 4 KiB vs 2 MiB pages). `DB_HUGE`: the copies on 2 MiB pages; `DB_ROWS`: fewer rows.
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use quant_kernels::{kernel_info, matmul, ops, Matrix, Pool, Repacked};
 
-fn stream(pool: &Pool, buf: &[u64], prefetch: usize) -> f64 {
-    const WORDS: usize = (2 << 20) / 8;
-    let n = buf.len() / WORDS;
+fn stream(pool: &Pool, buf: &[u8], prefetch: usize) -> f64 {
+    const CHUNK: usize = 2 << 20;
+    let n = buf.len() / CHUNK;
     let t = Instant::now();
     pool.for_each(n, &|c| {
-        black_box(ops::stream_sum(&buf[c * WORDS..(c + 1) * WORDS], prefetch));
+        black_box(ops::stream_sum(&buf[c * CHUNK..(c + 1) * CHUNK], prefetch));
     });
-    (n * WORDS * 8) as f64 / t.elapsed().as_secs_f64() / 1e9
+    (n * CHUNK) as f64 / t.elapsed().as_secs_f64() / 1e9
 }
 
 fn main() {
@@ -40,12 +43,24 @@ fn main() {
         seed ^= seed << 17;
         ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
     };
-    let buf: Vec<u64> = (0..(mib << 17) as u64).collect();
+    // the stream loop's buffer: advised MADV_HUGEPAGE, as `gguf bench --dram-bound`'s best
+    let mut buf = memmap2::MmapMut::map_anon((mib << 20).max(2 << 20)).unwrap();
+    let _ = buf.advise(memmap2::Advice::HugePage);
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let buf: &[u8] = &buf;
     if let Some(path) = filter.strip_prefix("file=") {
-        return from_file(&pool, &buf, rounds, path);
+        return from_file(&pool, buf, rounds, path);
+    }
+    if let Some(path) = filter.strip_prefix("pages=") {
+        return pages(&pool, rounds, path);
+    }
+    if filter == "stream" {
+        return stream_pages(&pool, buf, rounds);
     }
     if filter == "llama-1b" {
-        return llama_1b(&pool, &buf, rounds);
+        return llama_1b(&pool, buf, rounds);
     }
     for name in ["q4_K", "q6_K", "q4_0", "q8_0", "q5_0", "iq4_xs", "iq2_xs", "iq3_s", "mxfp4"] {
         if !filter.is_empty() && !filter.split(',').any(|f| f == name) {
@@ -53,11 +68,26 @@ fn main() {
         }
         let t = ggml_quants::lookup_name(name).unwrap();
         let (rows, cols) = if wide { (2048, 8192) } else { (8192, 2048) };
+        // DB_ROWS: fewer rows (a matrix that fits a cache: the kernel's compute rate)
+        let rows = std::env::var("DB_ROWS").ok().and_then(|s| s.parse().ok()).unwrap_or(rows);
         let src: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
         let w_bytes = t.quantize_to_vec(&src, cols, None).unwrap();
         let copies = ((mib << 20) / w_bytes.len()).max(1);
         let stored: Vec<Vec<u8>> = (0..copies).map(|_| w_bytes.clone()).collect();
-        let plain: Vec<Matrix<'_>> = stored.iter().map(|b| Matrix::new(t.id, b, rows, cols).unwrap()).collect();
+        // DB_HUGE: the copies in one anonymous map advised MADV_HUGEPAGE instead
+        let mut map =
+            memmap2::MmapMut::map_anon(if std::env::var_os("DB_HUGE").is_some() { copies * w_bytes.len() } else { 1 })
+                .unwrap();
+        let _ = map.advise(memmap2::Advice::HugePage);
+        let huge = map.len() > 1;
+        if huge {
+            for c in map.chunks_exact_mut(w_bytes.len()) {
+                c.copy_from_slice(&w_bytes);
+            }
+        }
+        let slices: Vec<&[u8]> =
+            if huge { map.chunks_exact(w_bytes.len()).collect() } else { stored.iter().map(|b| &b[..]).collect() };
+        let plain: Vec<Matrix<'_>> = slices.iter().map(|b| Matrix::new(t.id, b, rows, cols).unwrap()).collect();
         let rep: Vec<Option<Repacked>> = plain.iter().map(Repacked::new).collect();
         let ws: Vec<Matrix<'_>> =
             plain.iter().zip(&rep).map(|(p, r)| r.as_ref().map(|r| r.matrix()).unwrap_or(*p)).collect();
@@ -73,7 +103,7 @@ fn main() {
                 matmul(&pool, w, &x, 1, &mut y).unwrap();
             }
             best_k = best_k.max(total / t0.elapsed().as_secs_f64() / 1e9);
-            best_s = best_s.max(stream(&pool, &buf, 0)).max(stream(&pool, &buf, 8 << 10));
+            best_s = best_s.max(stream(&pool, buf, 0)).max(stream(&pool, buf, 8 << 10));
         }
         println!(
             "{name:>6} {rows}x{cols} x{copies:<4} {label:<28} decode {best_k:6.2} GB/s | stream {best_s:6.2} GB/s | {:5.1} %",
@@ -86,7 +116,7 @@ fn main() {
 /// down and the tied q6_K output matrix, each its own random bytes, in that order) with
 /// nothing between them: the engine's decode minus everything but the weight reads. Prints
 /// the GB/s per shape and overall (best round) beside the stream-read loop.
-fn llama_1b(pool: &Pool, buf: &[u64], rounds: usize) {
+fn llama_1b(pool: &Pool, buf: &[u8], rounds: usize) {
     let q4k = ggml_quants::lookup_name("q4_K").unwrap();
     let q6k = ggml_quants::lookup_name("q6_K").unwrap();
     let kinds = [
@@ -164,7 +194,7 @@ fn llama_1b(pool: &Pool, buf: &[u64], rounds: usize) {
 /// named `blk.N.*` in layer order (q, k, v, output, gate, up, down), then the output
 /// matrix (`output.weight`, else the tied `token_embd.weight`) — as the engine reads them
 /// when it does not repack, with nothing between the products.
-fn from_file(pool: &Pool, buf: &[u64], rounds: usize, path: &str) {
+fn from_file(pool: &Pool, buf: &[u8], rounds: usize, path: &str) {
     let f = gguf_format::GgufFile::open(path).unwrap();
     let order = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
     let find = |name: &str| f.tensors().iter().find(|t| t.name == name);
@@ -185,7 +215,7 @@ fn from_file(pool: &Pool, buf: &[u64], rounds: usize, path: &str) {
     } else {
         Vec::new()
     };
-    let ws: Vec<Matrix<'_>> = list
+    let plain: Vec<Matrix<'_>> = list
         .iter()
         .enumerate()
         .map(|(i, t)| {
@@ -193,17 +223,50 @@ fn from_file(pool: &Pool, buf: &[u64], rounds: usize, path: &str) {
             Matrix::new(t.type_id, data, t.dims[1] as usize, t.dims[0] as usize).unwrap()
         })
         .collect();
-    let total: usize = ws.iter().map(|w| w.row_bytes() * w.rows()).sum();
+    // DB_REPACK: the types the engine repacks read from their repacked copies, as it does
+    let rep: Vec<Option<Repacked>> = if std::env::var_os("DB_REPACK").is_some() {
+        plain.iter().map(Repacked::new).collect()
+    } else {
+        plain.iter().map(|_| None).collect()
+    };
+    let ws: Vec<Matrix<'_>> =
+        plain.iter().zip(&rep).map(|(p, r)| r.as_ref().map(|r| r.matrix()).unwrap_or(*p)).collect();
+    let total: usize = plain.iter().map(|w| w.row_bytes() * w.rows()).sum();
     let x = vec![0.5f32; 16384];
     let mut y = vec![0f32; ws.iter().map(|w| w.rows()).max().unwrap()];
     let (mut best_k, mut best_s) = (0f64, 0f64);
+    // per (type, rows, cols): best round's seconds and bytes
+    let mut per: Vec<((u32, usize, usize), f64, f64)> = Vec::new();
     for _ in 0..rounds {
+        let mut this: Vec<((u32, usize, usize), f64, f64)> = Vec::new();
         let t0 = Instant::now();
-        for w in &ws {
+        for (w, p) in ws.iter().zip(&plain) {
+            let tp = Instant::now();
             matmul(pool, w, &x[..w.cols()], 1, &mut y[..w.rows()]).unwrap();
+            let key = (p.type_id(), p.rows(), p.cols());
+            let dt = tp.elapsed().as_secs_f64();
+            let bytes = (p.row_bytes() * p.rows()) as f64;
+            match this.iter_mut().find(|e| e.0 == key) {
+                Some(e) => {
+                    e.1 += dt;
+                    e.2 += bytes
+                }
+                None => this.push((key, dt, bytes)),
+            }
         }
         best_k = best_k.max(total as f64 / t0.elapsed().as_secs_f64() / 1e9);
         best_s = best_s.max(stream(pool, buf, 0)).max(stream(pool, buf, 8 << 10));
+        for e in this {
+            match per.iter_mut().find(|b| b.0 == e.0) {
+                Some(b) if e.1 < b.1 => *b = e,
+                Some(_) => {}
+                None => per.push(e),
+            }
+        }
+    }
+    for ((ty, r, c), t, bytes) in per {
+        let name = ggml_quants::lookup_id(ty).map(|t| t.name).unwrap_or("?");
+        println!("{name:>8} {r:>6}x{c:<6} {:6.2} GB/s  {:7.2} ms", bytes / t / 1e9, t * 1e3);
     }
     println!(
         "{path}: {} products ({} MiB) decode {best_k:6.2} GB/s | stream {best_s:6.2} GB/s | {:5.1} %",
@@ -211,4 +274,73 @@ fn from_file(pool: &Pool, buf: &[u64], rounds: usize, path: &str) {
         total >> 20,
         100.0 * best_k / best_s
     );
+}
+
+/// The stream-read loop over a heap buffer (4 KiB pages) and over an anonymous map advised
+/// `MADV_HUGEPAGE`, interleaved `rounds` times: how much of the bound's spread is pages.
+fn stream_pages(pool: &Pool, huge: &[u8], rounds: usize) {
+    let heap: Vec<u8> = (0..huge.len()).map(|i| i as u8).collect();
+    for r in 0..rounds {
+        let h: Vec<String> = [0, 4 << 10, 8 << 10].iter().map(|&p| format!("{:6.2}", stream(pool, &heap, p))).collect();
+        let g: Vec<String> = [0, 4 << 10, 8 << 10].iter().map(|&p| format!("{:6.2}", stream(pool, huge, p))).collect();
+        println!("round {r}: heap {} | huge {} GB/s (prefetch 0/4/8 KiB)", h.join(" "), g.join(" "));
+    }
+}
+
+/// Sets transparent huge pages' mode (root only; otherwise nothing changes).
+fn thp(mode: &str) {
+    let _ = std::fs::write("/sys/kernel/mm/transparent_hugepage/enabled", mode);
+}
+
+/// A file's products (every 2-D `blk.*` tensor in file order, then the output matrix) over
+/// (a) copies on 2 MiB pages (transparent huge pages switched to `always` while copying
+/// and repacking: needs root, else these are 4 KiB pages too), (b) copies on 4 KiB pages,
+/// (c) the file's own map (repacked types repacked into the heap), interleaved `rounds`
+/// times: what pages are worth to each type.
+fn pages(pool: &Pool, rounds: usize, path: &str) {
+    let f = gguf_format::GgufFile::open(path).unwrap();
+    let mut list: Vec<_> =
+        f.tensors().iter().filter(|t| t.name.starts_with("blk.") && t.dims.len() == 2 && t.dims[1] > 1).collect();
+    list.sort_by_key(|t| t.offset);
+    list.push(
+        f.tensors()
+            .iter()
+            .find(|t| t.name == "output.weight")
+            .unwrap_or_else(|| f.tensors().iter().find(|t| t.name == "token_embd.weight").unwrap()),
+    );
+    fn mk<'a>(list: &[&gguf_format::TensorInfo], data: Vec<&'a [u8]>) -> Vec<Matrix<'a>> {
+        list.iter()
+            .zip(data)
+            .map(|(t, d)| Matrix::new(t.type_id, d, t.dims[1] as usize, t.dims[0] as usize).unwrap())
+            .collect()
+    }
+    thp("always");
+    let ca: Vec<Vec<u8>> = list.iter().map(|t| f.tensor_data(t).unwrap().to_vec()).collect();
+    let pa = mk(&list, ca.iter().map(|v| &v[..]).collect());
+    let ra: Vec<Option<Repacked>> = pa.iter().map(Repacked::new).collect();
+    thp("madvise");
+    let cb: Vec<Vec<u8>> = list.iter().map(|t| f.tensor_data(t).unwrap().to_vec()).collect();
+    let pb = mk(&list, cb.iter().map(|v| &v[..]).collect());
+    let rb: Vec<Option<Repacked>> = pb.iter().map(Repacked::new).collect();
+    let pc = mk(&list, list.iter().map(|t| f.tensor_data(t).unwrap()).collect());
+    let rc: Vec<Option<Repacked>> = pc.iter().map(Repacked::new).collect();
+    let total: usize = pa.iter().map(|w| w.row_bytes() * w.rows()).sum();
+    let x = vec![0.5f32; 16384];
+    let mut y = vec![0f32; pa.iter().map(|w| w.rows()).max().unwrap()];
+    let mut res: Vec<Vec<f64>> = vec![Vec::new(); 3];
+    for _ in 0..rounds {
+        for (i, (p, r)) in [(&pa, &ra), (&pb, &rb), (&pc, &rc)].into_iter().enumerate() {
+            let ws: Vec<Matrix<'_>> =
+                p.iter().zip(r).map(|(p, r)| r.as_ref().map(|r| r.matrix()).unwrap_or(*p)).collect();
+            let t0 = Instant::now();
+            for w in &ws {
+                matmul(pool, w, &x[..w.cols()], 1, &mut y[..w.rows()]).unwrap();
+            }
+            res[i].push(total as f64 / t0.elapsed().as_secs_f64() / 1e9);
+        }
+    }
+    for (name, mut r) in ["2M copies", "4K copies", "file map"].into_iter().zip(res) {
+        r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!("{name:>10}: median {:6.2} GB/s best {:6.2}", r[r.len() / 2], r[r.len() - 1]);
+    }
 }

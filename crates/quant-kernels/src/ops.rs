@@ -166,17 +166,18 @@ pub fn expf_ggml_inplace(x: &mut [f32]) {
     }
 }
 
-/// The wrapping sum of `words` by eight independent accumulators (one per 64-bit lane of
-/// a 64-byte line, so the loop is bound by memory, not by the adds), reading with
+/// The wrapping sum of `bytes` as little-endian `u64` words by eight independent
+/// accumulators (one per word of a 64-byte line, so the loop is bound by memory, not by
+/// the adds; a last partial word left out), reading with
 /// software prefetches to L2 `prefetch` bytes ahead on x86-64 (`0`: none, the hardware
 /// prefetcher alone): a stream-read loop for measuring the memory's read bandwidth.
-pub fn stream_sum(words: &[u64], prefetch: usize) -> u64 {
+pub fn stream_sum(bytes: &[u8], prefetch: usize) -> u64 {
     #[cfg(target_arch = "x86_64")]
     if prefetch > 0 {
-        return x86::ops::stream_sum_prefetch(words, prefetch);
+        return x86::ops::stream_sum_prefetch(bytes, prefetch);
     }
     let _ = prefetch;
-    sc::stream_sum(words)
+    sc::stream_sum(bytes)
 }
 
 /// `y[i] += a·x[i]`.
@@ -374,10 +375,13 @@ mod tests {
     #[test]
     fn stream_sum_is_the_wrapping_sum_at_any_prefetch_distance() {
         let words: Vec<u64> = (0..1003u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).collect();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).chain([0xff; 5]).collect();
         for n in [0, 1, 7, 8, 9, 64, 1003] {
             let want = words[..n].iter().fold(0u64, |s, &w| s.wrapping_add(w));
             for pf in [0, 64, 4096, usize::MAX / 2] {
-                assert_eq!(stream_sum(&words[..n], pf), want, "{n} words, prefetch {pf}");
+                // a partial last word (the 5 bytes of 0xff) is left out
+                let end = if n == 1003 { bytes.len() } else { 8 * n };
+                assert_eq!(stream_sum(&bytes[..end], pf), want, "{n} words, prefetch {pf}");
             }
         }
     }

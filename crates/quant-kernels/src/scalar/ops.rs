@@ -25,20 +25,37 @@ pub fn axpy_f16(y: &mut [f32], a: f32, x: &[f16]) {
     }
 }
 
-/// The wrapping sum of `words` by eight accumulators, one per lane of each 8-word chunk
-/// (the tail, fewer than 8 words, into the first ones).
-pub fn stream_sum(words: &[u64]) -> u64 {
+/// The wrapping sum of `bytes` read as little-endian `u64` words, by eight accumulators,
+/// one per word of each 64-byte chunk (the tail words, fewer than 8, into the first ones;
+/// a last partial word is left out).
+pub fn stream_sum(bytes: &[u8]) -> u64 {
     let mut acc = [0u64; 8];
-    let mut chunks = words.chunks_exact(8);
+    let mut chunks = bytes.chunks_exact(64);
     for c in &mut chunks {
-        for k in 0..8 {
-            acc[k] = acc[k].wrapping_add(c[k]);
-        }
+        add_line(&mut acc, c);
     }
-    for (a, &w) in acc.iter_mut().zip(chunks.remainder()) {
-        *a = a.wrapping_add(w);
+    tail_sum(acc, chunks.remainder())
+}
+
+/// Adds the eight words of the 64-byte line `c` to the accumulators.
+#[inline(always)]
+pub(crate) fn add_line(acc: &mut [u64; 8], c: &[u8]) {
+    for (k, a) in acc.iter_mut().enumerate() {
+        *a = a.wrapping_add(word(&c[8 * k..8 * k + 8]));
+    }
+}
+
+/// The whole words of `tail` into the first accumulators, then their sum.
+pub(crate) fn tail_sum(mut acc: [u64; 8], tail: &[u8]) -> u64 {
+    for (a, w) in acc.iter_mut().zip(tail.chunks_exact(8)) {
+        *a = a.wrapping_add(word(w));
     }
     acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+}
+
+#[inline(always)]
+fn word(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b.try_into().expect("8 bytes"))
 }
 
 /// `y += a·x`.

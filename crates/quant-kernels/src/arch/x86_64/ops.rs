@@ -152,21 +152,16 @@ unsafe fn axpy_f16_imp(y: *mut f32, a: f32, x: *const f16, n: usize) {
 
 /// [`sc::stream_sum`] with a `prefetcht1` of the line `prefetch` bytes ahead per 64 bytes
 /// read.
-pub fn stream_sum_prefetch(words: &[u64], prefetch: usize) -> u64 {
+pub fn stream_sum_prefetch(bytes: &[u8], prefetch: usize) -> u64 {
     let mut acc = [0u64; 8];
-    let mut chunks = words.chunks_exact(8);
+    let mut chunks = bytes.chunks_exact(64);
     for c in &mut chunks {
         // SAFETY: SSE is part of x86-64; a prefetch never faults, and the address is only
         // formed with `wrapping_add`, never dereferenced.
         unsafe { _mm_prefetch::<_MM_HINT_T1>((c.as_ptr() as *const i8).wrapping_add(prefetch)) };
-        for k in 0..8 {
-            acc[k] = acc[k].wrapping_add(c[k]);
-        }
+        sc::add_line(&mut acc, c);
     }
-    for (a, &w) in acc.iter_mut().zip(chunks.remainder()) {
-        *a = a.wrapping_add(w);
-    }
-    acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+    sc::tail_sum(acc, chunks.remainder())
 }
 
 /// `y += a·x`.
