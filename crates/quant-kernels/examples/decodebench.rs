@@ -56,6 +56,12 @@ fn main() {
     if let Some(path) = filter.strip_prefix("pages=") {
         return pages(&pool, rounds, path);
     }
+    if filter == "synth" {
+        if std::env::var_os("DB_HEAP").is_some() {
+            return synth(&pool, &buf.to_vec(), rounds);
+        }
+        return synth(&pool, buf, rounds);
+    }
     if filter == "stream" {
         return stream_pages(&pool, buf, rounds);
     }
@@ -342,5 +348,64 @@ fn pages(pool: &Pool, rounds: usize, path: &str) {
     for (name, mut r) in ["2M copies", "4K copies", "file map"].into_iter().zip(res) {
         r.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!("{name:>10}: median {:6.2} GB/s best {:6.2}", r[r.len() / 2], r[r.len() - 1]);
+    }
+}
+
+/// Per 64-byte line, the 8-word sum plus `k` rounds of a multiply-rotate chain per word
+/// (independent chains, so it is throughput, not latency): how much compute per byte a
+/// stream keeps hidden under the memory reads.
+static T1: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn work(b: &[u8], k: usize, pf: usize) -> u64 {
+    let mut acc = [1u64; 8];
+    for c in b.chunks_exact(64) {
+        if pf > 0 {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch never faults; the address is formed with wrapping_add.
+            unsafe {
+                use std::arch::x86_64::*;
+                if T1.load(std::sync::atomic::Ordering::Relaxed) {
+                    _mm_prefetch::<_MM_HINT_T1>((c.as_ptr() as *const i8).wrapping_add(pf))
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>((c.as_ptr() as *const i8).wrapping_add(pf))
+                }
+            };
+        }
+        for (j, a) in acc.iter_mut().enumerate() {
+            let mut v = u64::from_le_bytes(c[8 * j..8 * j + 8].try_into().unwrap());
+            for _ in 0..k {
+                v = v.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(7);
+            }
+            *a = a.wrapping_add(v);
+        }
+    }
+    acc.iter().fold(0, |s, &a| s ^ a)
+}
+
+fn synth(pool: &Pool, buf: &[u8], rounds: usize) {
+    const CHUNK: usize = 2 << 20;
+    let small = &buf[..CHUNK];
+    let pf: usize = std::env::var("DB_PF").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    T1.store(std::env::var_os("DB_T1").is_some(), std::sync::atomic::Ordering::Relaxed);
+    for k in [0usize, 1, 2, 4] {
+        let (mut best_c, mut best_m) = (0f64, 0f64);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let n = 64;
+            pool.for_each(n, &|_| {
+                black_box(work(black_box(&small[..CHUNK / 4]), k, pf));
+            });
+            best_c = best_c.max((n * CHUNK / 4) as f64 / t.elapsed().as_secs_f64() / 1e9);
+            let n = buf.len() / CHUNK;
+            let t = Instant::now();
+            pool.for_each(n, &|c| {
+                black_box(work(&buf[c * CHUNK..(c + 1) * CHUNK], k, pf));
+            });
+            best_m = best_m.max(buf.len() as f64 / t.elapsed().as_secs_f64() / 1e9);
+        }
+        println!(
+            "k={k}: in cache {best_c:6.2} GB/s, from DRAM {best_m:6.2} GB/s ({:4.1} % of the in-cache rate)",
+            100.0 * best_m / best_c
+        );
     }
 }
