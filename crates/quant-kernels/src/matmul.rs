@@ -572,7 +572,7 @@ mod range_tests {
                     loop {
                         seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
                         let who = (seed >> 16) as usize % nth;
-                        let owner = (seed >> 8) % 3 != 0;
+                        let owner = !(seed >> 8).is_multiple_of(3);
                         let (owner, got) = match if owner { r.claim(who) } else { None } {
                             Some(b) => (true, Some(b)),
                             None => (false, r.steal()),
@@ -586,7 +586,7 @@ mod range_tests {
                             next_of[who] = Some(r0 + nr);
                         }
                         assert!(nr > 0);
-                        assert!(r0 % 16 == 0 && ((r0 + nr) % 16 == 0 || r0 + nr == rows), "{r0}+{nr} of {rows}");
+                        assert!(r0.is_multiple_of(16) && ((r0 + nr).is_multiple_of(16) || r0 + nr == rows), "{r0}+{nr} of {rows}");
                         for s in &mut seen[r0..r0 + nr] {
                             assert!(!*s, "{rows} rows, {nth} threads: row handed out twice");
                             *s = true;
