@@ -58,7 +58,9 @@ fn main() {
     }
     if filter == "synth" {
         if std::env::var_os("DB_HEAP").is_some() {
-            return synth(&pool, &buf.to_vec(), rounds);
+            // a heap copy: 4 KiB pages where huge pages are `madvise`-only
+            let heap: Vec<u8> = buf.iter().copied().collect();
+            return synth(&pool, &heap, rounds);
         }
         return synth(&pool, buf, rounds);
     }

@@ -586,7 +586,10 @@ mod range_tests {
                             next_of[who] = Some(r0 + nr);
                         }
                         assert!(nr > 0);
-                        assert!(r0.is_multiple_of(16) && ((r0 + nr).is_multiple_of(16) || r0 + nr == rows), "{r0}+{nr} of {rows}");
+                        assert!(
+                            r0.is_multiple_of(16) && ((r0 + nr).is_multiple_of(16) || r0 + nr == rows),
+                            "{r0}+{nr} of {rows}"
+                        );
                         for s in &mut seen[r0..r0 + nr] {
                             assert!(!*s, "{rows} rows, {nth} threads: row handed out twice");
                             *s = true;
