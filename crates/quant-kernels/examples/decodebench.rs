@@ -59,7 +59,7 @@ fn main() {
     if filter == "synth" {
         if std::env::var_os("DB_HEAP").is_some() {
             // a heap copy: 4 KiB pages where huge pages are `madvise`-only
-            let heap: Vec<u8> = buf.iter().copied().collect();
+            let heap = Vec::from(buf);
             return synth(&pool, &heap, rounds);
         }
         return synth(&pool, buf, rounds);
