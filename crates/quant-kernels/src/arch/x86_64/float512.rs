@@ -11,7 +11,7 @@ use half::f16;
 
 use super::vnni::has_vnni;
 use crate::registry::Tile;
-use crate::scalar::dots::{self as sd, reduce16};
+use crate::scalar::dots as sd;
 use crate::scalar::ops::DotLayout;
 
 /// Whether llama.cpp computes this product with tinyBLAS rather than `vec_dot`.
@@ -89,8 +89,8 @@ unsafe fn f16_lanes_64(a: *const u8, b: *const u8, np: usize, acc: &mut [f32; 64
     }
 }
 
-/// One tinyBLAS output: 16 fused lanes over `n` (a multiple of 16), [`reduce16`] — the
-/// arithmetic [`tinyblas_block`] runs per output (the tests hold them to each other).
+/// One tinyBLAS output: 16 fused lanes over `n` (a multiple of 16), [`sd::reduce16`] — the
+/// arithmetic [`panel`] runs per output (the tests hold them to each other).
 #[cfg(test)]
 #[target_feature(enable = "avx512f,f16c")]
 unsafe fn tinyblas_imp<const HALF: bool>(n: usize, w: *const u8, x: *const u8) -> f32 {
@@ -110,86 +110,176 @@ unsafe fn tinyblas_imp<const HALF: bool>(n: usize, w: *const u8, x: *const u8) -
     }
     let mut lanes = [0f32; 16];
     _mm512_storeu_ps(lanes.as_mut_ptr(), acc);
-    reduce16(&lanes)
+    sd::reduce16(&lanes)
 }
 
-/// `R × C` tinyBLAS outputs at once (rows `w[..R]` × tokens `x[..C]`), each with its own
-/// 16-lane accumulator and fused multiply-adds in `k` order, [`reduce16`] — what
-/// [`tinyblas_imp`] computes per output, with the loads shared and `R·C` independent FMA
-/// chains in flight instead of one (llamafile's register blocking).
+/// Elements of `k` per pass of [`rows_panels`] for rows longer than [`ONE_PASS_UP_TO`]: 8
+/// rows × 256 f32 (8 KiB) of weights and a 16-token tile's 8–16 KiB of activations stay in
+/// L1 while every token group passes over them.
+const KC: usize = 256;
+
+/// Rows up to this many elements go in one pass (8 × 1024 f32 and 16 tokens of them fit
+/// L1 already; more passes only add the accumulators' stores and loads).
+const ONE_PASS_UP_TO: usize = 1024;
+
+/// Tokens per register panel of [`rows_panels`]: 8 rows × 3 tokens = 24 accumulators, 3
+/// activation vectors and one weight vector in the 32 registers; each activation load
+/// feeds 8 FMAs (4 in a 4 × 4 block), each weight load 3.
+const PANEL_TOKENS: usize = 3;
+
+/// The accumulators of `R × C` outputs advanced over elements `k0..k1` (`k1 − k0` a
+/// multiple of 16; f32 weight rows, the tokens f32 or, with `HX`, F16 widened as they are
+/// loaded — exact): per output one 16-lane fused multiply-add chain in `k` order.
 #[target_feature(enable = "avx512f,f16c")]
-unsafe fn tinyblas_block<const HALF: bool, const R: usize, const C: usize>(
-    n: usize,
-    w: [*const u8; R],
-    x: [*const u8; C],
-    out: &mut [[f32; C]; R],
+unsafe fn panel<const R: usize, const C: usize, const HX: bool>(
+    k0: usize,
+    k1: usize,
+    w: &[*const f32; R],
+    x: &[*const u8; C],
+    acc: &mut [[__m512; C]; R],
 ) {
-    let mut acc = [[_mm512_setzero_ps(); C]; R];
-    let mut i = 0;
-    while i < n {
+    let mut a = *acc;
+    let mut i = k0;
+    while i < k1 {
         let mut b = [_mm512_setzero_ps(); C];
         #[allow(clippy::needless_range_loop)] // indexed: LLVM keeps the arrays in registers
         for c in 0..C {
-            b[c] = ld16::<HALF>(x[c], i);
+            b[c] = if HX {
+                _mm512_cvtph_ps(_mm256_loadu_si256(x[c].add(2 * i) as *const __m256i))
+            } else {
+                _mm512_loadu_ps((x[c] as *const f32).add(i))
+            };
         }
         #[allow(clippy::needless_range_loop)]
         for r in 0..R {
-            let a = ld16::<HALF>(w[r], i);
+            let wv = _mm512_loadu_ps(w[r].add(i));
             for c in 0..C {
-                acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+                a[r][c] = _mm512_fmadd_ps(wv, b[c], a[r][c]);
             }
         }
         i += 16;
     }
-    let mut lanes = [0f32; 16];
-    for (ar, or) in acc.iter().zip(out.iter_mut()) {
-        for (a, o) in ar.iter().zip(or.iter_mut()) {
-            _mm512_storeu_ps(lanes.as_mut_ptr(), *a);
-            *o = reduce16(&lanes);
+    *acc = a;
+}
+
+/// Rows `w[..R]` × every token of `xs` (f32 rows of `n` elements, `n % 16 == 0`) →
+/// `out(r, token, value)`: [`panel`]s of [`PANEL_TOKENS`] tokens (leftover tokens one at a
+/// time), `k` in passes of [`KC`] elements with each panel's accumulators kept in memory
+/// between passes (f32 stores and loads: exact), so each output is still one fused-lane
+/// chain in `k` order and [`sd::reduce16`] — tinyBLAS's bits — while the pass's weights and
+/// activations stay in L1 (a 4 × 4 block over the whole row read the tile's activations
+/// from L2 for every 4 rows: 16 bytes per FMA).
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn rows_panels<const R: usize, const HX: bool>(
+    n: usize,
+    w: &[*const f32; R],
+    xs: &[*const u8],
+    out: &mut dyn FnMut(usize, usize, f32),
+) {
+    const C: usize = PANEL_TOKENS;
+    let groups = xs.len() / C;
+    let mut accs = vec![[[_mm512_setzero_ps(); C]; R]; groups];
+    let mut ones = vec![[[_mm512_setzero_ps(); 1]; R]; xs.len() - groups * C];
+    let kc = if n <= ONE_PASS_UP_TO { n } else { KC };
+    let mut k0 = 0;
+    while k0 < n {
+        let k1 = (k0 + kc).min(n);
+        for (x, acc) in xs.chunks_exact(C).zip(accs.iter_mut()) {
+            let x: &[*const u8; C] = x.try_into().expect("a panel's tokens");
+            panel::<R, C, HX>(k0, k1, w, x, acc);
         }
+        for (&x, acc) in xs[groups * C..].iter().zip(ones.iter_mut()) {
+            panel::<R, 1, HX>(k0, k1, w, &[x], acc);
+        }
+        k0 = k1;
+    }
+    // each panel's R·C accumulators reduced 16 at a time (the last chunk zero-padded)
+    let mut sums = [0f32; 16];
+    let mut reduce = |v: &[__m512], first_token: usize, cols: usize| {
+        for (k, chunk) in v.chunks(16).enumerate() {
+            let mut x = [_mm512_setzero_ps(); 16];
+            x[..chunk.len()].copy_from_slice(chunk);
+            _mm512_storeu_ps(sums.as_mut_ptr(), reduce16_x16(&x));
+            for (i, &s) in sums.iter().enumerate().take(chunk.len()) {
+                let j = 16 * k + i;
+                out(j / cols, first_token + j % cols, s);
+            }
+        }
+    };
+    for (g, acc) in accs.iter().enumerate() {
+        reduce(acc.as_flattened(), g * C, C);
+    }
+    for (j, acc) in ones.iter().enumerate() {
+        reduce(acc.as_flattened(), groups * C + j, 1);
     }
 }
 
-/// 16 elements from `p` at element `i`: F16 widened (`_mm512_cvtph_ps`) or F32.
-#[inline(always)]
-unsafe fn ld16<const HALF: bool>(p: *const u8, i: usize) -> __m512 {
-    // SAFETY: the caller keeps `i + 16` within the row.
-    unsafe {
-        if HALF {
-            _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i) as *const __m256i))
-        } else {
-            _mm512_loadu_ps(p.add(4 * i) as *const f32)
-        }
-    }
+/// [`sd::reduce16`] of 16 vectors at once, lane `i` of the result that of `v[i]`: the same
+/// additions in the same tree per vector (high half + low half, then high quarter + low
+/// quarter, then `(t0 + t2) + (t1 + t3)`), run across vectors with shuffles — a quarter of
+/// the instructions of 16 reductions, which cost a sixth of a 2048-element panel's time.
+#[target_feature(enable = "avx512f")]
+unsafe fn reduce16_x16(v: &[__m512; 16]) -> __m512 {
+    // halves: u[k] = [v[2k] t3 | v[2k+1] t3], t3[i] = v[8+i] + v[i]
+    let u: [__m512; 8] = std::array::from_fn(|k| {
+        let (a, b) = (v[2 * k], v[2 * k + 1]);
+        let lo = _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b);
+        let hi = _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b);
+        _mm512_add_ps(hi, lo)
+    });
+    // quarters: w[m] 128-bit lane k = t6 of vector 4m + k, t6[j] = t3[4+j] + t3[j]
+    let w: [__m512; 4] = std::array::from_fn(|m| {
+        let (a, b) = (u[2 * m], u[2 * m + 1]);
+        let lo = _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b);
+        let hi = _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b);
+        _mm512_add_ps(hi, lo)
+    });
+    // per 128-bit lane: [t0 + t2, t1 + t3, ..]
+    let s: [__m512; 4] = std::array::from_fn(|m| _mm512_add_ps(w[m], _mm512_permute_ps::<0b01_00_11_10>(w[m])));
+    // lane 4k + e of lo / hi: lane 0 / 1 of s[e]'s 128-bit lane k (vector 4e + k)
+    let a = _mm512_unpacklo_ps(s[0], s[1]);
+    let b = _mm512_unpacklo_ps(s[2], s[3]);
+    let lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+    let hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+    let r = _mm512_add_ps(lo, hi);
+    // lane 4k + e holds vector 4e + k: transpose the 4 × 4
+    _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), r)
 }
 
-/// Rows `r0..r0 + R` × tokens `t0..t0 + C` of a tile through [`tinyblas_block`].
+/// Rows `rows` of a tile (f32 row `r` at `row(r)`) × tokens `xs` through [`rows_panels`]:
+/// 8 rows at a time, then 4, then one.
 ///
 /// # Safety
-/// AVX-512F/F16C present; the rows and tokens exist in `t`, each `t.n` elements with
-/// `t.n % 16 == 0`.
-unsafe fn block_into<const HALF: bool, const R: usize, const C: usize>(
-    t: &Tile<'_>,
-    r0: usize,
-    t0: usize,
-    y: &mut [f32],
-    y_stride: usize,
+/// AVX-512F present; every row and token pointer holds `n` f32, `n % 16 == 0`.
+unsafe fn f32_panels<const HX: bool>(
+    n: usize,
+    rows: std::ops::Range<usize>,
+    row: &dyn Fn(usize) -> *const f32,
+    xs: &[*const u8],
+    out: &mut dyn FnMut(usize, usize, f32),
 ) {
-    let w: [*const u8; R] = std::array::from_fn(|r| t.w[(r0 + r) * t.w_stride..].as_ptr());
-    let x: [*const u8; C] = std::array::from_fn(|c| t.x[(t0 + c) * t.x_stride..].as_ptr());
-    let mut out = [[0f32; C]; R];
-    // SAFETY: the caller's contract.
-    unsafe { tinyblas_block::<HALF, R, C>(t.n, w, x, &mut out) };
-    for (r, or) in out.iter().enumerate() {
-        for (c, o) in or.iter().enumerate() {
-            y[(t0 + c) * y_stride + r0 + r] = *o;
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        let left = rows.end - r0;
+        // SAFETY (all three): the caller's contract, for rows r0.. < rows.end.
+        if left >= 8 {
+            let w: [*const f32; 8] = std::array::from_fn(|r| row(r0 + r));
+            unsafe { rows_panels::<8, HX>(n, &w, xs, &mut |r, t, v| out(r0 + r, t, v)) };
+            r0 += 8;
+        } else if left >= 4 {
+            let w: [*const f32; 4] = std::array::from_fn(|r| row(r0 + r));
+            unsafe { rows_panels::<4, HX>(n, &w, xs, &mut |r, t, v| out(r0 + r, t, v)) };
+            r0 += 4;
+        } else {
+            unsafe { rows_panels::<1, HX>(n, &[row(r0)], xs, &mut |_, t, v| out(r0, t, v)) };
+            r0 += 1;
         }
     }
 }
 
 thread_local! {
-    /// [`f16_widened`]'s f32 copies: the tile's tokens, then one 4-row weight block.
-    static WIDE: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// [`f16_widened`]'s f32 copy of one 8-row weight block.
+    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `n` (a multiple of 16) F16 values at `src` → f32 at `dst` (exact).
@@ -200,67 +290,34 @@ unsafe fn widen_f16(src: *const u8, dst: *mut f32, n: usize) {
     }
 }
 
-/// The F16 tinyBLAS tile with both sides widened to f32 once — the tile's tokens up
-/// front, each 4-row weight block before its pass over the tokens — then the F32 blocks:
-/// F16 → F32 is exact and the FMAs are the same, so every output keeps its bits, without
-/// one conversion per operand and block (they took a vector port beside each FMA).
+/// The F16 tinyBLAS tile through the f32 panels: each 8-row weight block widened to f32
+/// once before its pass over the tokens (each weight vector feeds 3 FMAs), the tokens
+/// widened as they are loaded (each token vector feeds 8). F16 → F32 is exact and the
+/// FMAs are the same, so every output keeps its bits. Widening the tile's tokens up front
+/// instead cost as much as the products on a 16-row tile of 8192-element rows (2 threads,
+/// 2048 × 8192 F16 × 512 tokens: 147–152 GFLOP/s against 178–181).
 fn f16_widened(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     let n = t.n;
-    let (rb, tb) = (t.rows - t.rows % 4, t.tokens - t.tokens % 4);
+    let xs: Vec<*const u8> = (0..t.tokens).map(|tok| t.x[tok * t.x_stride..][..2 * n].as_ptr()).collect();
     WIDE.with(|cell| {
-        let (xf, wf) = &mut *cell.borrow_mut();
-        xf.resize(t.tokens * n, 0.0);
-        wf.resize(4 * n, 0.0);
-        for tok in 0..t.tokens {
-            let src = &t.x[tok * t.x_stride..][..2 * n];
-            // SAFETY: AVX-512F/F16C checked by the caller (`has_vnni`); `src` holds `n`
-            // F16 values and `xf` room for `n` f32 at `tok·n`.
-            unsafe { widen_f16(src.as_ptr(), xf.as_mut_ptr().add(tok * n), n) };
-        }
-        let xs: Vec<*const u8> = (0..t.tokens).map(|tok| xf[tok * n..].as_ptr() as *const u8).collect();
-        let mut pass = |r0: usize, nr: usize| {
+        let wf = &mut *cell.borrow_mut();
+        wf.resize(8 * n, 0.0);
+        let mut r0 = 0;
+        while r0 < t.rows {
+            let nr = (t.rows - r0).min(8);
             for r in 0..nr {
                 let src = &t.w[(r0 + r) * t.w_stride..][..2 * n];
-                // SAFETY: as above, for weight row `r0 + r` into slot `r` of `wf`.
+                // SAFETY: AVX-512F/F16C checked by the caller (`has_vnni`); `src` holds `n`
+                // F16 values, slot `r` of `wf` room for `n` f32.
                 unsafe { widen_f16(src.as_ptr(), wf.as_mut_ptr().add(r * n), n) };
             }
-            let w4: [*const u8; 4] = std::array::from_fn(|r| wf[r * n..].as_ptr() as *const u8);
-            let put = |y: &mut [f32], t0: usize, r: usize, c: usize, v: f32| y[(t0 + c) * y_stride + r0 + r] = v;
-            if nr == 4 {
-                for t0 in (0..tb).step_by(4) {
-                    let mut out = [[0f32; 4]; 4];
-                    // SAFETY: AVX-512F checked; the pointers hold `n` f32 each (`n % 16 == 0`).
-                    unsafe { tinyblas_block::<false, 4, 4>(n, w4, std::array::from_fn(|c| xs[t0 + c]), &mut out) };
-                    for (r, or) in out.iter().enumerate() {
-                        for (c, v) in or.iter().enumerate() {
-                            put(y, t0, r, c, *v);
-                        }
-                    }
-                }
-                for (t0, &x) in xs.iter().enumerate().skip(tb) {
-                    let mut out = [[0f32; 1]; 4];
-                    // SAFETY: as above, one token.
-                    unsafe { tinyblas_block::<false, 4, 1>(n, w4, [x], &mut out) };
-                    for (r, or) in out.iter().enumerate() {
-                        put(y, t0, r, 0, or[0]);
-                    }
-                }
-            } else {
-                for (r, &w) in w4.iter().enumerate().take(nr) {
-                    for (t0, &x) in xs.iter().enumerate() {
-                        let mut out = [[0f32; 1]; 1];
-                        // SAFETY: as above, one row and one token.
-                        unsafe { tinyblas_block::<false, 1, 1>(n, [w], [x], &mut out) };
-                        put(y, t0, r, 0, out[0][0]);
-                    }
-                }
+            let wp = wf.as_ptr();
+            // SAFETY: as above; slots 0..nr of `wf` hold `n` f32 and every token `n` F16
+            // (`n % 16 == 0`, `tinyblas_applies`).
+            unsafe {
+                f32_panels::<true>(n, 0..nr, &|r| wp.add(r * n), &xs, &mut |r, tok, v| y[tok * y_stride + r0 + r] = v);
             }
-        };
-        for r0 in (0..rb).step_by(4) {
-            pass(r0, 4);
-        }
-        if rb < t.rows {
-            pass(rb, t.rows - rb);
+            r0 += nr;
         }
     });
 }
@@ -280,27 +337,11 @@ fn float_tile<const HALF: bool>(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
     if HALF {
         return f16_widened(t, y, y_stride);
     }
-    // 4 rows × 4 tokens per block (16 accumulators, 8 loads: 24 of the 32 registers),
-    // then the leftover tokens one at a time and the leftover rows one at a time
-    let (rb, tb) = (t.rows - t.rows % 4, t.tokens - t.tokens % 4);
-    for r0 in (0..rb).step_by(4) {
-        for t0 in (0..tb).step_by(4) {
-            // SAFETY: AVX-512F/F16C checked (`has_vnni`); rows r0..r0+4 < rows and
-            // tokens t0..t0+4 < tokens hold `n` elements each (asserted above), `n % 16
-            // == 0` (`tinyblas_applies`).
-            unsafe { block_into::<HALF, 4, 4>(t, r0, t0, y, y_stride) };
-        }
-        for t0 in tb..t.tokens {
-            // SAFETY: as above, one token.
-            unsafe { block_into::<HALF, 4, 1>(t, r0, t0, y, y_stride) };
-        }
-    }
-    for r0 in rb..t.rows {
-        for t0 in 0..t.tokens {
-            // SAFETY: as above, one row and one token.
-            unsafe { block_into::<HALF, 1, 1>(t, r0, t0, y, y_stride) };
-        }
-    }
+    let row = |r: usize| t.w[r * t.w_stride..].as_ptr() as *const f32;
+    let xs: Vec<*const u8> = (0..t.tokens).map(|tok| t.x[tok * t.x_stride..].as_ptr()).collect();
+    // SAFETY: AVX-512F checked (`has_vnni`); every row and token holds `n` f32 (asserted
+    // above), `n % 16 == 0` (`tinyblas_applies`).
+    unsafe { f32_panels::<false>(t.n, 0..t.rows, &row, &xs, &mut |r, tok, v| y[tok * y_stride + r] = v) };
 }
 
 /// F32 tile: tinyBLAS where llama.cpp uses it, else [`f32_f32`] per output.
@@ -317,17 +358,26 @@ pub fn f16_tile(t: &Tile<'_>, y: &mut [f32], y_stride: usize) {
 mod tests {
     use super::*;
 
-    /// The register-blocked tiles (4×4 blocks, leftover tokens and rows) give every output
+    /// The register-blocked tiles (8×3 panels in passes over `k`, leftover tokens and rows) give every output
     /// the scalar tinyBLAS twin's bits, F32 and F16, on shapes with every kind of leftover.
     #[test]
     fn blocked_tinyblas_tiles_equal_the_per_output_twin() {
         if !has_vnni() {
             return;
         }
-        let n = 80;
-        for (nr, nt) in [(4usize, 4usize), (8, 5), (6, 7), (12, 2), (3, 9)] {
-            let (w32, _) = rows(n * nr, 1 + nr as u32);
-            let (x32, _) = rows(n * nt, 7 + nt as u32);
+        // n = 80: one pass; 1040: four passes of KC = 256 and a short fifth
+        for (n, nr, nt) in [
+            (80, 4usize, 4usize),
+            (80, 8, 5),
+            (80, 6, 7),
+            (80, 12, 2),
+            (80, 3, 9),
+            (1040, 16, 16),
+            (1040, 13, 8),
+            (1040, 21, 11),
+        ] {
+            let (w32, _) = rows(n * nr, 1 + (nr + n) as u32);
+            let (x32, _) = rows(n * nt, 7 + (nt + n) as u32);
             for half in [false, true] {
                 let conv = |b: &[u8]| -> Vec<u8> {
                     if !half {
@@ -362,9 +412,43 @@ mod tests {
                     for tok in 0..nt {
                         let (wr, xr) = (&w[r * n * es..(r + 1) * n * es], &x[tok * n * es..(tok + 1) * n * es]);
                         let want = if half { sd::f16_f16_tinyblas(n, wr, xr) } else { sd::f32_f32_tinyblas(n, wr, xr) };
-                        assert_eq!(y[tok * nr + r].to_bits(), want.to_bits(), "half={half} {nr}x{nt} ({r},{tok})");
+                        assert_eq!(
+                            y[tok * nr + r].to_bits(),
+                            want.to_bits(),
+                            "half={half} n={n} {nr}x{nt} ({r},{tok})"
+                        );
                     }
                 }
+            }
+        }
+    }
+
+    /// Every vector's lanes of 16 reductions at once are [`sd::reduce16`]'s bits, on sums whose
+    /// order matters (lanes of mixed magnitudes and signs).
+    #[test]
+    fn reduce16_x16_is_reduce16_per_vector() {
+        if !has_vnni() {
+            return;
+        }
+        let mut s = 99u32;
+        for _ in 0..200 {
+            let lanes: Vec<[f32; 16]> = (0..16)
+                .map(|_| {
+                    std::array::from_fn(|_| {
+                        s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                        let m = ((s >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 2.0;
+                        m * 2f32.powi((s % 40) as i32 - 20)
+                    })
+                })
+                .collect();
+            let mut out = [0f32; 16];
+            // SAFETY: AVX-512F checked above.
+            unsafe {
+                let v: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(lanes[i].as_ptr()));
+                _mm512_storeu_ps(out.as_mut_ptr(), reduce16_x16(&v));
+            }
+            for (i, l) in lanes.iter().enumerate() {
+                assert_eq!(out[i].to_bits(), sd::reduce16(l).to_bits(), "vector {i}: {l:?}");
             }
         }
     }
