@@ -221,6 +221,7 @@ pub fn to_json(file: &GgufFile, full: bool) -> Json {
         "tensor_bytes": s.tensor_bytes,
         "bits_per_weight": f64_json(s.bits_per_weight()),
         "type_mix": mix,
+        "engine": engine_json(file, view.metadata()),
     });
     if let Some(m) = view.split() {
         let shards: Vec<Json> = m
@@ -313,11 +314,17 @@ fn human_count(n: u64) -> String {
     }
 }
 
+/// The architectures this build runs, sorted.
+fn known_architectures() -> Vec<&'static str> {
+    let mut known: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
+    known.sort_unstable();
+    known
+}
+
 /// Whether this build runs the file's `general.architecture`, naming the ones it runs
 /// when it does not.
 fn engine_line(md: &Metadata) -> String {
-    let mut known: Vec<&str> = gguf_models::architectures().iter().map(|a| a.name).collect();
-    known.sort_unstable();
+    let known = known_architectures();
     match md.get("general.architecture").and_then(|v| v.as_str()) {
         Some(a) if known.contains(&a) => format!("architecture `{a}` runs in this build"),
         Some(a) => format!("architecture `{a}` is not one this build runs (it runs: {})", known.join(", ")),
@@ -330,18 +337,44 @@ fn engine_line(md: &Metadata) -> String {
 const MAX_MODEL_LINE: usize = 1024;
 
 /// The settings of the model the file holds ([`gguf_models::describe`]: a load that reads
-/// no weight matrix), or why it does not load; `None` when this build does not run the
-/// file's architecture (the engine line lists the ones it runs).
-fn model_line(file: &GgufFile, md: &Metadata) -> Option<String> {
+/// no weight matrix) or why it does not load; `None` when this build does not run the
+/// file's architecture.
+fn described(file: &GgufFile, md: &Metadata) -> Option<Result<String, String>> {
     let arch = md.get("general.architecture").and_then(|v| v.as_str())?;
     gguf_models::architectures().iter().any(|a| a.name == arch).then_some(())?;
     let described = SplitGguf::open(file.path())
         .map_err(gguf_models::Error::from)
         .and_then(|m| gguf_models::describe(&std::sync::Arc::new(m)));
-    Some(match described {
+    Some(described.map_err(|e| e.to_string()))
+}
+
+/// The model line of the text report: [`described`]'s settings, or "does not load: …";
+/// `None` when this build does not run the file's architecture (the engine line lists
+/// the ones it runs).
+fn model_line(file: &GgufFile, md: &Metadata) -> Option<String> {
+    Some(match described(file, md)? {
         Ok(text) => shown(&text, MAX_MODEL_LINE),
         Err(e) => shown(&format!("does not load: {e}"), MAX_MODEL_LINE),
     })
+}
+
+/// `inspect --json`'s `engine` object: the file's architecture, whether this build runs
+/// it, the architectures it runs, and the model's settings (`model`) or why it does not
+/// load (`error`).
+fn engine_json(file: &GgufFile, md: &Metadata) -> Json {
+    let arch = md.get("general.architecture").and_then(|v| v.as_str());
+    let known = known_architectures();
+    let mut j = json!({
+        "architecture": arch,
+        "runs": arch.is_some_and(|a| known.contains(&a)),
+        "known": known,
+    });
+    match described(file, md) {
+        Some(Ok(text)) => j["model"] = json!(shown(&text, MAX_MODEL_LINE)),
+        Some(Err(e)) => j["error"] = json!(shown(&e, MAX_MODEL_LINE)),
+        None => {}
+    }
+    j
 }
 
 /// The human-readable report.

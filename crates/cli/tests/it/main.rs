@@ -83,6 +83,16 @@ fn inspect_names_the_architecture_and_what_this_build_runs() {
     }
     // no settings for an architecture this build does not run
     assert!(!o.stdout.lines().any(|l| l.starts_with("model:")), "{}", o.stdout);
+    let j = gguf(&["inspect", "--json", other.to_str().unwrap()]);
+    assert_eq!(j.code, 0, "{}", j.stderr);
+    let j: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
+    assert_eq!(j["engine"]["architecture"], "nonesuch");
+    assert_eq!(j["engine"]["runs"], false);
+    let known: Vec<&str> = j["engine"]["known"].as_array().unwrap().iter().filter_map(|k| k.as_str()).collect();
+    for a in ["gpt-oss", "glm4moe", "lfm2", "mistral3", "qwen35", "gemma4", "llama"] {
+        assert!(known.contains(&a), "{a} missing from {known:?}");
+    }
+    assert!(j["engine"].get("model").is_none() && j["engine"].get("error").is_none(), "{j}");
 }
 
 /// The report's `model:` line, if any.
@@ -101,6 +111,13 @@ fn inspect_shows_the_family_settings_of_a_file_that_loads() {
         assert_eq!(o.code, 0, "{}", o.stderr);
         let (_f, model) = gguf_models::load(&path).unwrap();
         assert_eq!(model_line(&o.stdout), Some(model.describe().as_str()), "{}", o.stdout);
+        // the same settings in `--json`'s engine object
+        let j = gguf(&["inspect", "--json", path.to_str().unwrap()]);
+        let j: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
+        assert_eq!(j["engine"]["architecture"], arch);
+        assert_eq!(j["engine"]["runs"], true);
+        assert_eq!(j["engine"]["model"], model.describe().as_str());
+        assert!(j["engine"]["known"].as_array().unwrap().iter().any(|k| k == "qwen35"), "{j}");
         // right after the engine line; the rest of the report as before
         let lines: Vec<&str> = o.stdout.lines().collect();
         let at = lines.iter().position(|l| l.starts_with("model:")).unwrap();
@@ -122,6 +139,10 @@ fn inspect_names_what_stops_a_known_architecture_from_loading() {
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     let line = model_line(&o.stdout).unwrap_or_default();
     assert!(line.starts_with("does not load: ") && line.contains("`blk.1.ffn_down.weight`"), "{}", o.stdout);
+    let j = gguf(&["inspect", "--json", path.to_str().unwrap()]);
+    let j: serde_json::Value = serde_json::from_str(&j.stdout).unwrap();
+    assert!(j["engine"]["error"].as_str().unwrap().contains("`blk.1.ffn_down.weight`"), "{j}");
+    assert!(j["engine"].get("model").is_none(), "{j}");
     assert!(o.stdout.contains("blk.1.ffn_up.weight"), "the tensor table is still there: {}", o.stdout);
     // a missing hyperparameter is named the same way
     let f = gguf_format::GgufFile::open(&path).unwrap();
