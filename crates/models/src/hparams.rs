@@ -143,19 +143,28 @@ impl Hparams {
             rope_freq_scale,
             rope_yarn,
             n_ctx_orig,
-            rope_yarn_log_mul: ld.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0),
+            // llama.cpp reads the YaRN extras only for the families that use them
+            // (`read_yarn_extras`; deepseek2 its own log multiplier): a file of another family
+            // that carries them ropes with the defaults there, so it does here.
+            rope_yarn_log_mul: 0.0,
             rope_yarn_mscale: 1.0,
             rope_attn_factor: ld.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
-            rope_yarn_beta: (
-                ld.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
-                ld.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
-            ),
+            rope_yarn_beta: (32.0, 1.0),
             n_expert,
             n_expert_used,
             n_ff_exp,
             expert_weights_scale: ld.opt_f32("expert_weights_scale")?.unwrap_or(0.0),
             expert_groups,
         })
+    }
+
+    /// Reads `rope.scaling.yarn_beta_fast` / `_slow` and `yarn_log_multiplier`, which
+    /// llama.cpp's loader takes only for mistral3 (and grok): `read` leaves their defaults.
+    pub fn read_yarn_extras(&mut self, ld: &Loader<'_>) -> Result<()> {
+        self.rope_yarn_log_mul = ld.opt_f32("rope.scaling.yarn_log_multiplier")?.unwrap_or(self.rope_yarn_log_mul);
+        self.rope_yarn_beta.0 = ld.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(self.rope_yarn_beta.0);
+        self.rope_yarn_beta.1 = ld.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(self.rope_yarn_beta.1);
+        Ok(())
     }
 
     /// The rope of a layer with base `freq_base` and scale `freq_scale`, with llama.cpp's

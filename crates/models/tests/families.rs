@@ -167,6 +167,37 @@ fn mistral3_is_llama_until_the_attention_temperature_acts() {
     assert_eq!(temperature(3 * 16384 + 5, 0.1, 16384), (4f64.ln() * 0.1f32 as f64 + 1.0) as f32);
 }
 
+/// YaRN under `arch` with `extras` (beta fast/slow, log multiplier) on top of the same
+/// scaling, for the check that only the families llama.cpp reads them for are moved.
+fn yarn_keys(arch: &str, extras: bool) -> Vec<(String, Value)> {
+    let mut k = vec![
+        (format!("{arch}.rope.scaling.type"), Value::from("yarn")),
+        (format!("{arch}.rope.scaling.factor"), Value::F32(4.0)),
+        (format!("{arch}.rope.scaling.original_context_length"), Value::U32(8)),
+    ];
+    if extras {
+        k.push((format!("{arch}.rope.scaling.yarn_beta_fast"), Value::F32(8.0)));
+        k.push((format!("{arch}.rope.scaling.yarn_beta_slow"), Value::F32(2.0)));
+        k.push((format!("{arch}.rope.scaling.yarn_log_multiplier"), Value::F32(0.1)));
+    }
+    k
+}
+
+#[test]
+fn yarn_extras_are_read_only_where_llama_cpp_reads_them() {
+    let tokens = [3u32, 14, 15, 9, 26, 5, 31, 2];
+    for (arch, reads) in [("mistral3", true), ("llama", false), ("qwen3", false)] {
+        let t = Tiny::new(arch);
+        let logits = |extras| {
+            let keys = yarn_keys(arch, extras);
+            let keys: Vec<(&str, Value)> = keys.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            logits_of(&t, &keys, &tokens).2
+        };
+        let (plain, extra) = (logits(false), logits(true));
+        assert_eq!(rows_differ(&plain, &extra), reads, "{arch}: YaRN extras read = {reads}");
+    }
+}
+
 #[test]
 fn mistral3_bad_input_is_named() {
     let err = load_error(&Tiny::new("mistral3"), Some("blk.1.ffn_norm.weight"), &[]);

@@ -96,8 +96,8 @@ fn load(file: Arc<SplitGguf>) -> Result<Box<dyn Model>> {
             return Err(Error::MissingKey(ld.key("expert_feed_forward_length")));
         }
         // [TAG_DEEPSEEK2_YARN_LOG_MUL_FIX]: the converter stored 0.1 × mscale_all_dims
-        if ld.opt_f32("rope.scaling.yarn_log_multiplier")?.is_some() {
-            hp.rope_yarn_log_mul /= 0.1;
+        if let Some(log_mul) = ld.opt_f32("rope.scaling.yarn_log_multiplier")? {
+            hp.rope_yarn_log_mul = log_mul / 0.1;
             if hp.rope_yarn_log_mul != 1.0 {
                 hp.rope_yarn_mscale = hp.rope_yarn_log_mul;
             }

@@ -15,6 +15,7 @@ gguf_registry::submit! {
     Architecture {
         name: "mistral3",
         load: |file| super::load_with(file, "mistral3", RopeMode::Normal, |ld, hp, spec| {
+            hp.read_yarn_extras(ld)?;
             if hp.n_rot != hp.head_k || hp.head_k != hp.head_v {
                 return Err(Error::Invalid(format!(
                     "mistral3: rope dims {}, head widths k={} v={} must all be equal",

@@ -54,7 +54,7 @@ pub fn swa_layers(ld: &Loader<'_>, n_layer: usize, period: u32) -> Result<Vec<bo
 }
 
 /// Reads the common hyperparameters ([`Hparams::read`] under the `arch.` prefix) and
-/// [`base_spec`], lets `tweak` adjust the spec (and check the hyperparameters), loads the
+/// [`base_spec`], lets `tweak` adjust both (and check the hyperparameters), loads the
 /// weights into a [`Transformer`]. What a built-in architecture's loader is, and what a
 /// plug-in architecture of the llama family needs:
 ///
@@ -70,13 +70,13 @@ pub fn load_with(
     file: Arc<SplitGguf>,
     arch: &'static str,
     rope_mode: RopeMode,
-    tweak: impl FnOnce(&Loader<'_>, &Hparams, &mut Spec) -> Result<()>,
+    tweak: impl FnOnce(&Loader<'_>, &mut Hparams, &mut Spec) -> Result<()>,
 ) -> Result<Box<dyn Model>> {
     let (hp, spec) = {
         let ld = Loader::with_shared(&file, arch);
-        let hp = Hparams::read(&ld)?;
+        let mut hp = Hparams::read(&ld)?;
         let mut spec = base_spec(&ld, rope_mode)?;
-        tweak(&ld, &hp, &mut spec)?;
+        tweak(&ld, &mut hp, &mut spec)?;
         (hp, spec)
     };
     Ok(Box::new(Transformer::load(file, arch, hp, spec)?))
