@@ -84,16 +84,34 @@ impl Hparams {
         let n_head = heads[0] as usize;
         let n_head_kv = heads_kv[0] as usize;
         if heads.iter().any(|&h| h as usize != n_head) || heads_kv.iter().any(|&h| h as usize != n_head_kv) {
-            return Err(Error::Unsupported("per-layer head counts are not supported yet".into()));
+            return Err(Error::Unsupported(format!(
+                "per-layer head counts ({}, {}) are not supported yet",
+                ld.key("attention.head_count"),
+                ld.key("attention.head_count_kv")
+            )));
         }
         if n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) {
-            return Err(Error::Invalid(format!("{n_head} query heads and {n_head_kv} KV heads")));
+            return Err(Error::BadKey {
+                key: ld.key("attention.head_count"),
+                msg: format!(
+                    "{n_head} query heads is not a positive multiple of {} = {n_head_kv}",
+                    ld.key("attention.head_count_kv")
+                ),
+            });
         }
-        let head_k = ld.opt_u32("attention.key_length")?.map_or(n_embd / n_head, |v| v as usize);
+        // As llama.cpp: a head count that does not divide the width gives head widths whose
+        // tensors then have the wrong shape (named there), unless key_length says otherwise.
+        let key_length = ld.opt_u32("attention.key_length")?;
+        let head_k = key_length.map_or(n_embd / n_head, |v| v as usize);
         let head_v = ld.opt_u32("attention.value_length")?.map_or(n_embd / n_head, |v| v as usize);
         let n_rot = ld.opt_u32("rope.dimension_count")?.map_or(head_k, |v| v as usize);
         if head_k == 0 || head_v == 0 || n_rot > head_k || n_rot % 2 != 0 {
-            return Err(Error::Invalid(format!("head widths k={head_k} v={head_v}, rope dims {n_rot}")));
+            return Err(Error::Invalid(format!(
+                "head widths k={head_k} v={head_v} ({}, {}), rope dims {n_rot} ({})",
+                ld.key("attention.key_length"),
+                ld.key("attention.value_length"),
+                ld.key("rope.dimension_count")
+            )));
         }
         let n_ff = ld.opt_u32_per_layer("feed_forward_length", n_layer)?.unwrap_or_else(|| vec![0; n_layer]);
         let n_ctx_train = ld.opt_u32("context_length")?.unwrap_or(2048) as usize;

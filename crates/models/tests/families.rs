@@ -1935,3 +1935,54 @@ fn granitehybrid_bad_input_is_named() {
     let err = load_err(&p);
     assert!(err.contains("granitehybrid.residual_scale"), "{err}");
 }
+
+/// The error loading `t` written without metadata key `key`.
+fn load_error_without_key(t: &Tiny, key: &str) -> String {
+    let (_d, p) = tmp("k.gguf");
+    write(t, &p, None, &[]).unwrap();
+    let f = gguf_format::GgufFile::open(&p).unwrap();
+    let mut w = gguf_format::GgufWriter::from_file(&f).unwrap();
+    assert!(w.metadata_mut().remove(key).is_some(), "{}: the file has no {key}", t.arch);
+    let p2 = p.with_extension("2.gguf");
+    w.write_to_path(&p2).unwrap();
+    match gguf_models::load(&p2) {
+        Ok(_) => panic!("{} loaded without {key}", t.arch),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Every family the tiny writer makes (those with files of their own have tests above):
+/// a missing tensor, a missing key, a head count that does not fit the tensors and, for
+/// the MoE ones, expert count 0 are each refused with an error naming the tensor or key.
+#[test]
+fn tiny_families_bad_input_is_named() {
+    for arch in ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "mistral3", "glm4moe", "deepseek2"]
+    {
+        let t = Tiny::new(arch);
+        let (_, _, ok) = logits_of(&t, &[], &[1, 2, 3]);
+        assert!(!ok.is_empty(), "{arch} loads as written");
+        let norm = if arch.starts_with("lfm2") { "token_embd_norm.weight" } else { "output_norm.weight" };
+        for missing in ["token_embd.weight", norm, "blk.1.ffn_down.weight"] {
+            if arch == "deepseek2" && missing == "blk.1.ffn_down.weight"
+                || arch.ends_with("moe") && missing.starts_with("blk.1")
+            {
+                continue; // MoE layers have expert tensors instead
+            }
+            let err = load_error(&t, Some(missing), &[]);
+            assert!(err.contains(missing), "{arch} without {missing}: {err}");
+        }
+        for key in ["block_count", "embedding_length", "attention.head_count"] {
+            let key = format!("{arch}.{key}");
+            let err = load_error_without_key(&t, &key);
+            assert!(err.contains(&key), "{arch} without {key}: {err}");
+        }
+        let key = format!("{arch}.attention.head_count");
+        let err = load_error(&t, None, &[(key.as_str(), Value::U32(3))]);
+        assert!(err.contains("attention.head_count") || err.contains(".weight"), "{arch} with 3 heads: {err}");
+        if t.n_expert > 0 || arch.ends_with("moe") {
+            let key = format!("{arch}.expert_count");
+            let err = load_error(&t, None, &[(key.as_str(), Value::U32(0))]);
+            assert!(err.contains("expert_count"), "{arch} with 0 experts: {err}");
+        }
+    }
+}
