@@ -976,13 +976,26 @@ fn every_family_is_registered_once() {
 /// 2) — every layer a delta net when `extra` has `attention.recurrent_layers`; `skip`
 /// leaves a tensor out, `dims` overrides shapes.
 fn qwen35_file(path: &std::path::Path, skip: Option<&str>, extra: &[(&str, Value)], dims: &[(&str, Vec<u64>)]) {
+    qwen35_write(path, "qwen35", skip, extra, dims)
+}
+
+/// [`qwen35_file`] under `arch`: `qwen35moe` has 4 routed experts of 32 units (2 used)
+/// and a shared expert of 48 units with its one-output gate in place of the FFN.
+fn qwen35_write(
+    path: &std::path::Path,
+    arch: &str,
+    skip: Option<&str>,
+    extra: &[(&str, Value)],
+    dims: &[(&str, Vec<u64>)],
+) {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(35);
     let (e, nh, nkv, hd, ff, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 50u64);
     let (d_conv, hk, nk, nvh) = (4u64, 16u64, 2u64, 4u64);
     let (kd, vd) = (nk * hk, nvh * hk);
     let ch = 2 * kd + vd;
-    let arch = "qwen35";
+    let moe = arch == "qwen35moe";
+    let (n_exp, ff_exp, ff_sh) = (4u64, 32u64, 48u64);
     let mut w = gguf_format::GgufWriter::new();
     w.add_kv("general.architecture", arch);
     for (k, v) in [
@@ -1004,12 +1017,22 @@ fn qwen35_file(path: &std::path::Path, skip: Option<&str>, extra: &[(&str, Value
     ] {
         w.add_kv(&format!("{arch}.{k}"), v as u32);
     }
+    if moe {
+        for (k, v) in [
+            ("expert_count", n_exp),
+            ("expert_used_count", 2),
+            ("expert_feed_forward_length", ff_exp),
+            ("expert_shared_feed_forward_length", ff_sh),
+        ] {
+            w.add_kv(&format!("{arch}.{k}"), v as u32);
+        }
+    }
     w.add_kv(&format!("{arch}.attention.layer_norm_rms_epsilon"), 1e-6f32);
     w.add_kv(&format!("{arch}.rope.dimension_sections"), gguf_format::Array::I32(vec![2, 1, 1, 0]));
     for (k, v) in extra {
         w.add_kv(k, v.clone());
     }
-    let all_delta = extra.iter().any(|(k, _)| *k == "qwen35.attention.recurrent_layers");
+    let all_delta = extra.iter().any(|(k, _)| *k == format!("{arch}.attention.recurrent_layers"));
     let mut rand_vec =
         |n: u64, mean: f32| -> Vec<f32> { (0..n).map(|_| mean + (rng.gen::<f32>() * 2.0 - 1.0) * 0.4).collect() };
     let mut put = |name: &str, shape: &[u64], mean: f32| {
@@ -1042,9 +1065,20 @@ fn qwen35_file(path: &std::path::Path, skip: Option<&str>, extra: &[(&str, Value
             put(&p("attn_k_norm.weight"), &[hd], 1.0);
         }
         put(&p("post_attention_norm.weight"), &[e], 1.0);
-        put(&p("ffn_gate.weight"), &[e, ff], 0.0);
-        put(&p("ffn_up.weight"), &[e, ff], 0.0);
-        put(&p("ffn_down.weight"), &[ff, e], 0.0);
+        if moe {
+            put(&p("ffn_gate_inp.weight"), &[e, n_exp], 0.0);
+            put(&p("ffn_gate_exps.weight"), &[e, ff_exp, n_exp], 0.0);
+            put(&p("ffn_up_exps.weight"), &[e, ff_exp, n_exp], 0.0);
+            put(&p("ffn_down_exps.weight"), &[ff_exp, e, n_exp], 0.0);
+            put(&p("ffn_gate_inp_shexp.weight"), &[e], 0.0);
+            put(&p("ffn_gate_shexp.weight"), &[e, ff_sh], 0.0);
+            put(&p("ffn_up_shexp.weight"), &[e, ff_sh], 0.0);
+            put(&p("ffn_down_shexp.weight"), &[ff_sh, e], 0.0);
+        } else {
+            put(&p("ffn_gate.weight"), &[e, ff], 0.0);
+            put(&p("ffn_up.weight"), &[e, ff], 0.0);
+            put(&p("ffn_down.weight"), &[ff, e], 0.0);
+        }
     }
     put("output_norm.weight", &[e], 1.0);
     w.write_to_path(path).unwrap();
@@ -1985,4 +2019,55 @@ fn tiny_families_bad_input_is_named() {
             assert!(err.contains("expert_count"), "{arch} with 0 experts: {err}");
         }
     }
+}
+
+// ---- qwen35moe ----
+
+#[test]
+fn qwen35moe_routes_its_experts_and_decodes_incrementally() {
+    let (_d, p) = tmp("qwen35moe.gguf");
+    qwen35_write(&p, "qwen35moe", None, &[], &[]);
+    let (_f, model) = gguf_models::load(&p).unwrap();
+    assert_eq!(model.arch(), "qwen35moe");
+    let desc = model.describe();
+    assert!(desc.contains("4 experts (2 used) and a shared expert"), "{desc}");
+    let tokens = [3u32, 14, 15, 9, 26, 5, 31, 2];
+    let v = model.n_vocab();
+    let mut st = qwen35_state(model.as_ref(), 64);
+    let all = model.forward(st.as_mut(), &tokens, Logits::All).unwrap();
+    assert!(all.iter().all(|x| x.is_finite()));
+    let mut st = qwen35_state(model.as_ref(), 64);
+    for (i, &t) in tokens.iter().enumerate() {
+        let one = model.forward(st.as_mut(), &[t], Logits::Last).unwrap();
+        // one-token and batch kernels round differently; a lost state would be O(1)
+        let worst = one.iter().zip(&all[i * v..(i + 1) * v]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-3, "position {i}: {worst}");
+    }
+}
+
+#[test]
+fn qwen35moe_bad_input_is_named() {
+    let err_of = |skip: Option<&str>, extra: &[(&str, Value)]| {
+        let (_d, p) = tmp("bad.gguf");
+        qwen35_write(&p, "qwen35moe", skip, extra, &[]);
+        match gguf_models::load(&p) {
+            Ok(_) => panic!("qwen35moe loaded without {skip:?} / with {extra:?}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    for missing in [
+        "blk.0.ffn_gate_inp.weight",
+        "blk.1.ffn_up_exps.weight",
+        "blk.2.ffn_down_exps.weight",
+        "blk.0.ffn_gate_inp_shexp.weight",
+        "blk.1.ffn_down_shexp.weight",
+        "blk.0.ssm_a",
+    ] {
+        let err = err_of(Some(missing), &[]);
+        assert!(err.contains(missing), "{missing}: {err}");
+    }
+    let err = err_of(None, &[("qwen35moe.expert_count", Value::U32(0))]);
+    assert!(err.contains("qwen35moe.expert_count"), "{err}");
+    let err = err_of(None, &[("qwen35moe.expert_used_count", Value::U32(5))]);
+    assert!(err.contains("qwen35moe.expert_used_count"), "{err}");
 }
