@@ -31,7 +31,8 @@ use core::arch::x86_64::*;
 use super::has_avx2;
 use super::k16;
 use super::tiles::{
-    check_tile, dot_via_tile, f16_at, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8, load256, row_offsets, store_n,
+    check_tile, dot_via_tile, f16_at, hsum_float_8 as hsum_f8, hsum_i32_8 as hsum_i8, load256, prefetch_ahead,
+    row_offsets, store_n,
 };
 use super::vnni::has_vnni;
 use crate::registry::Tile;
@@ -62,6 +63,14 @@ trait Mac {
     /// # Safety
     /// The ISA's features present.
     unsafe fn dot(acc: __m256i, q: __m256i, x: __m256i) -> __m256i;
+    /// `ls · (acc + Σ q·x)` over each 4-byte lane (the sub-block scale `ls` of IQ4_XS).
+    ///
+    /// # Safety
+    /// The ISA's features present.
+    #[inline(always)]
+    unsafe fn dot_scaled(acc: __m256i, q: __m256i, x: __m256i, ls: i32) -> __m256i {
+        _mm256_mullo_epi32(Self::dot(acc, q, x), _mm256_set1_epi32(ls))
+    }
     /// `−128·Σx` per 4-byte lane of the 32 activation bytes at `p` (when [`Mac::OFFSETS`]).
     ///
     /// # Safety
@@ -211,6 +220,13 @@ impl Mac for Avx2 {
     unsafe fn dot(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
         let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
         _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+    }
+    /// As ggml's AVX2 `vec_dot_iq4_xs_q8_K`: the 16-bit pair sums times the scale by one
+    /// `madd` (no accumulator: the AVX2 kernels have no offsets).
+    #[inline(always)]
+    unsafe fn dot_scaled(_acc: __m256i, q: __m256i, x: __m256i, ls: i32) -> __m256i {
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+        _mm256_madd_epi16(p, _mm256_set1_epi16(ls as i16))
     }
     #[inline(always)]
     unsafe fn neg_offset(_p: *const u8) -> __m256i {
@@ -552,6 +568,7 @@ unsafe fn xs_imp<M: Mac, const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) 
         let mut acc = [_mm256_setzero_ps(); T];
         for b in 0..nb {
             let wb = wr.add(b * IQ4_XS_BYTES);
+            prefetch_ahead::<IQ4_XS_BYTES, 4>(wb, XS_ROWS_AHEAD * a.w_stride);
             let dw = f16_at(wb);
             let ls = s::iq4_xs_scales(core::slice::from_raw_parts(wb, 8));
             let mut q = [_mm256_setzero_si256(); 8];
@@ -563,8 +580,8 @@ unsafe fn xs_imp<M: Mac, const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) 
                 let xb = a.x.add(tt * a.x_stride + b * Q8_K_BYTES);
                 let mut sumi = _mm256_setzero_si256();
                 for sb in 0..8 {
-                    let dot = M::dot(off::<M>(a.p, (tt * nb + b) * 8 + sb), q[sb], load256(xb.add(4 + 32 * sb)));
-                    sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_set1_epi32(ls[sb])));
+                    let o = off::<M>(a.p, (tt * nb + b) * 8 + sb);
+                    sumi = _mm256_add_epi32(sumi, M::dot_scaled(o, q[sb], load256(xb.add(4 + 32 * sb)), ls[sb]));
                 }
                 let dx = *a.p.d.get_unchecked(b * a.tokens + tt);
                 *acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(sumi), *acc);
@@ -573,6 +590,101 @@ unsafe fn xs_imp<M: Mac, const T: usize>(a: &Args<'_>, lut: __m256i, t0: usize) 
         for (t, acc) in acc.iter().enumerate() {
             *a.y.add((t0 + t) * a.y_stride + r) = hsum_f8(*acc);
         }
+    }
+}
+
+/// Rows ahead of its reads that [`xs_one512`] and [`xs_imp`] prefetch each row's weights.
+const XS_ROWS_AHEAD: usize = 6;
+
+/// One IQ4_XS block of one row against one token's Q8_K block, on AVX-512 VNNI: the 8
+/// sub-blocks' lane sums `ls·Σ kvalue·x`, even sub-blocks in lanes 0–7, odd in 8–15.
+/// Two sub-blocks per 512-bit register (codes split into nibbles 64 bytes at a time and
+/// put in element order by one `vpermt2q`), offsets from `off` (the token's
+/// `−128·Σx` per lane, 8 sub-blocks), the scales unpacked in a vector. The sums are
+/// kept as floats: every lane sum is an integer of magnitude at most
+/// `8·32·4·127·128 < 2²⁴`, so each step is exact and the sums are `xs_imp`'s integers.
+#[inline(always)]
+unsafe fn xs_block512(wb: *const u8, xs: &[__m512i; 4], off: *const __m256i, lut: __m512i) -> __m512 {
+    let sh = _mm256_set1_epi32((wb.add(2) as *const u16).read_unaligned() as i32);
+    let sl = _mm256_set1_epi32((wb.add(4) as *const u32).read_unaligned() as i32);
+    let lo =
+        _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)), _mm256_set1_epi32(0xF));
+    let hi =
+        _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)), _mm256_set1_epi32(3));
+    let ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32::<4>(hi)), _mm256_set1_epi32(32));
+    let ls = _mm512_castps256_ps512(_mm256_cvtepi32_ps(ls));
+    let m4 = _mm512_set1_epi8(0xF);
+    let z0 = _mm512_loadu_si512(wb.add(8) as *const __m512i);
+    let z1 = _mm512_loadu_si512(wb.add(72) as *const __m512i);
+    let (l0, h0) = (_mm512_and_si512(z0, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(z0), m4));
+    let (l1, h1) = (_mm512_and_si512(z1, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(z1), m4));
+    // [lo(a), hi(a), lo(b), hi(b)] for sub-blocks (a, b) = (0, 1), (2, 3) of each half
+    let ia = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    let ib = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    let q = [
+        _mm512_permutex2var_epi64(l0, ia, h0),
+        _mm512_permutex2var_epi64(l0, ib, h0),
+        _mm512_permutex2var_epi64(l1, ia, h1),
+        _mm512_permutex2var_epi64(l1, ib, h1),
+    ];
+    let mut s = _mm512_setzero_ps();
+    for k in 0..4 {
+        let o = _mm512_loadu_si512(off.add(2 * k) as *const __m512i);
+        let dot = _mm512_dpbusd_epi32(o, _mm512_shuffle_epi8(lut, q[k]), xs[k]);
+        let a = 2 * k as i32;
+        let sc = _mm512_permutexvar_ps(
+            _mm512_set_epi32(a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a + 1, a, a, a, a, a, a, a, a),
+            ls,
+        );
+        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, s);
+    }
+    s
+}
+
+/// IQ4_XS rows against one token in `vec_dot`'s arithmetic ([`xs_imp`] with `T = 1`, the
+/// same bits) on AVX-512 VNNI: two rows per 512-bit accumulator (row `r` in lanes 0–7,
+/// `r + 1` in 8–15), each row's weights prefetched [`XS_ROWS_AHEAD`] rows ahead; the
+/// activations' offsets from `a.p` ([`prep`] for the one token).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; `a` as for [`xs_imp`], with one token.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn xs_one512(a: &Args<'_>, kv: &[i8; 16]) {
+    let lut = _mm512_broadcast_i32x4(_mm256_castsi256_si128(Vnni::lut(kv)));
+    let nb = a.nb;
+    let mut r = 0;
+    while r < a.rows {
+        // an odd last row runs as its own pair (its second half is not stored)
+        let r1 = if r + 1 < a.rows { r + 1 } else { r };
+        let (w0, w1) = (a.w.add(r * a.w_stride), a.w.add(r1 * a.w_stride));
+        let mut acc = _mm512_setzero_ps();
+        for b in 0..nb {
+            let xb = a.x.add(b * Q8_K_BYTES + 4);
+            let xs = [
+                _mm512_loadu_si512(xb as *const __m512i),
+                _mm512_loadu_si512(xb.add(64) as *const __m512i),
+                _mm512_loadu_si512(xb.add(128) as *const __m512i),
+                _mm512_loadu_si512(xb.add(192) as *const __m512i),
+            ];
+            let off = a.p.off.as_ptr().add(b * 8);
+            let (b0, b1) = (w0.add(b * IQ4_XS_BYTES), w1.add(b * IQ4_XS_BYTES));
+            prefetch_ahead::<IQ4_XS_BYTES, 4>(b0, XS_ROWS_AHEAD * a.w_stride);
+            prefetch_ahead::<IQ4_XS_BYTES, 4>(b1, XS_ROWS_AHEAD * a.w_stride);
+            let (s0, s1) = (xs_block512(b0, &xs, off, lut), xs_block512(b1, &xs, off, lut));
+            // [row 0's 8 lane sums | row 1's]: even + odd sub-blocks (exact)
+            let sum = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0b01_00_01_00>(s0, s1),
+                _mm512_shuffle_f32x4::<0b11_10_11_10>(s0, s1),
+            );
+            let dx = *a.p.d.get_unchecked(b);
+            let d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(f16_at(b0) * dx), _mm512_set1_ps(f16_at(b1) * dx));
+            acc = _mm512_fmadd_ps(d, sum, acc);
+        }
+        *a.y.add(r) = hsum_f8(_mm512_castps512_ps256(acc));
+        if r1 != r {
+            *a.y.add(r1) = hsum_f8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc))));
+        }
+        r += 2;
     }
 }
 
@@ -675,6 +787,7 @@ unsafe fn run<M: Mac>(job: Job, t: &Tile<'_>, y: *mut f32, y_stride: usize, nb: 
         Job::B32 { mx: false, .. } => by_tokens!(t, args, lut, b32_imp, false, P_VECDOT),
         Job::B32 { mx: true, .. } => by_tokens!(t, args, lut, b32_imp, true, P_VECDOT),
         Job::Xs { tiled: true } => by_rows8!(t, args, lut, xs_tiled8, []),
+        Job::Xs { tiled: false } if M::WIDE && t.tokens == 1 => xs_one512(&args, lut),
         Job::Xs { tiled: false } => by_tokens!(t, args, lut, xs_imp,),
         // AVX-512 VNNI: two 8-row groups per 512-bit vector.
         Job::B32x8 { mx } if M::WIDE => b32x8_wide(&args, lut, mx),
