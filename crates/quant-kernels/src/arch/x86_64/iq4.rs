@@ -938,7 +938,12 @@ unsafe fn b32x8_imp<M: Mac, const T: usize, const MX: bool>(a: &Args<'_>, lut: _
     for g in 0..a.rows / 8 {
         let gw = a.w.add(g * 8 * a.w_stride);
         let mut acc = [_mm256_setzero_ps(); T];
+        // one token: the next group streams in to L2 a block per block
+        let mut ahead = super::tiles::Ahead::new(gw.wrapping_add(8 * a.w_stride));
         for b in 0..nb {
+            if T == 1 {
+                ahead.advance(8 * wbytes);
+            }
             let p = gw.add(b * 8 * wbytes);
             let dw = if MX { e8m0_half_x8(p) } else { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) };
             let mut u = [_mm256_setzero_si256(); 8];
@@ -1050,7 +1055,12 @@ unsafe fn b32x8_imp16<const T: usize, const MX: bool>(a: &Args<'_>, lut: __m256i
         let gw0 = a.w.add(2 * g * 8 * a.w_stride);
         let gw1 = gw0.add(8 * a.w_stride);
         let mut acc = [_mm512_setzero_ps(); T];
+        // one token: the next pair of groups streams in to L2 a block per block
+        let mut ahead = super::tiles::Ahead::new(gw0.wrapping_add(16 * a.w_stride));
         for b in 0..nb {
+            if T == 1 {
+                ahead.advance(16 * wbytes);
+            }
             let (p0, p1) = (gw0.add(b * 8 * wbytes), gw1.add(b * 8 * wbytes));
             let dw = if MX {
                 _mm512_insertf32x8::<1>(_mm512_castps256_ps512(e8m0_half_x8(p0)), e8m0_half_x8(p1))
