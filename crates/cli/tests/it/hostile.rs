@@ -150,8 +150,12 @@ fn temps(dir: &Path) -> Vec<String> {
 }
 
 fn tiny(dir: &Path, name: &str, extra: &[(&str, Value)]) -> PathBuf {
+    tiny_of(dir, name, "llama", extra)
+}
+
+fn tiny_of(dir: &Path, name: &str, arch: &str, extra: &[(&str, Value)]) -> PathBuf {
     let p = dir.join(format!("{name}.gguf"));
-    write(&Tiny::new("llama").with_tokenizer(), &p, None, extra).unwrap();
+    write(&Tiny::new(arch).with_tokenizer(), &p, None, extra).unwrap();
     p
 }
 
@@ -288,15 +292,18 @@ fn hostile_hyperparameters_and_norms_are_refused_by_name() {
         ("llama.rope.freq_base", Value::F32(0.0)),
         ("llama.attention.scale", Value::F32(f32::NAN)),
         ("llama.rope.scaling.factor", Value::F32(f32::NEG_INFINITY)),
-        ("llama.rope.scaling.yarn_log_multiplier", Value::F64(f64::NAN)),
+        // read only where llama.cpp reads it (mistral3; deepseek2 its own way)
+        ("mistral3.rope.scaling.yarn_log_multiplier", Value::F64(f64::NAN)),
         ("llama.rope.scaling.attn_factor", Value::F64(1e300)),
     ];
     for (i, (key, v)) in cases.iter().enumerate() {
+        let arch = key.split('.').next().unwrap();
+        let scaling = format!("{arch}.rope.scaling.type");
         let mut extra = vec![(*key, v.clone())];
         if key.contains("scaling") {
-            extra.push(("llama.rope.scaling.type", Value::String(b"yarn".to_vec())));
+            extra.push((scaling.as_str(), Value::String(b"yarn".to_vec())));
         }
-        let m = tiny(d.path(), &format!("hp{i}"), &extra);
+        let m = tiny_of(d.path(), &format!("hp{i}"), arch, &extra);
         let p = probe(&format!("run: {key} = {v:?}"), &["run", "-m", s(&m), "-p", "hi", "-n", "1"], "");
         clean(key, &p, Some(key));
     }
