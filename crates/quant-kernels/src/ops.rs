@@ -142,6 +142,16 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     sc::dot_f16_ggml(a, b, layout)
 }
 
+/// `Σ a[i]·b[i]` of two f32 rows, bit-identical to ggml-cpu's `ggml_vec_dot_f32` for
+/// `layout` (same lanes, fused multiply-adds, same reduction, leftovers fused in order).
+pub fn dot_f32_ggml(a: &[f32], b: &[f32], layout: DotLayout) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_avx2() {
+        return x86::ops::dot_f32_ggml(a, b, layout);
+    }
+    sc::dot_f32_ggml(a, b, layout)
+}
+
 /// `C[i][j] = fma-chain over k of B[k][j]·A[i][k]`, starting from `C`: ggml-cpu's
 /// `simd_gemm`, bit-identical (its flash-attention tiles use it for K·q and P·V).
 pub fn gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {

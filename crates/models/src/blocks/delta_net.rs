@@ -387,23 +387,10 @@ fn delta_rule_head(
 }
 
 /// `ggml_vec_dot_f32` of a SIMD build with `layout`'s lanes: four accumulators of fused
-/// multiply-adds over whole steps, ggml's reduction, the leftovers fused into the sum.
+/// multiply-adds over whole steps, ggml's reduction, the leftovers fused into the sum
+/// ([`ops::dot_f32_ggml`]).
 pub fn dot_ggml(a: &[f32], b: &[f32], layout: DotLayout) -> f32 {
-    let n = a.len().min(b.len());
-    let step = layout.step();
-    let np = n - n % step;
-    let mut acc = [0f32; 64];
-    let acc = &mut acc[..step];
-    for i in (0..np).step_by(step) {
-        for (l, s) in acc.iter_mut().enumerate() {
-            *s = a[i + l].mul_add(b[i + l], *s);
-        }
-    }
-    let mut s = layout.reduce(acc);
-    for i in np..n {
-        s = a[i].mul_add(b[i], s);
-    }
-    s
+    ops::dot_f32_ggml(a, b, layout)
 }
 
 /// `ggml_sigmoid` on the CPU: `1 / (1 + expf(−x))`.

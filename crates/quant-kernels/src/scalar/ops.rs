@@ -293,6 +293,27 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     sum as f32
 }
 
+/// `Σ a·b` of two f32 rows in the order of ggml-cpu's `ggml_vec_dot_f32` of a SIMD build
+/// with `layout`'s lanes: four accumulators of fused multiply-adds over whole steps,
+/// ggml's reduction, the leftovers fused into the sum.
+pub fn dot_f32_ggml(a: &[f32], b: &[f32], layout: DotLayout) -> f32 {
+    let n = a.len().min(b.len());
+    let step = layout.step();
+    let np = n - n % step;
+    let mut acc = [0f32; 64];
+    let acc = &mut acc[..step];
+    for i in (0..np).step_by(step) {
+        for (l, s) in acc.iter_mut().enumerate() {
+            *s = a[i + l].mul_add(b[i + l], *s);
+        }
+    }
+    let mut s = layout.reduce(acc);
+    for i in np..n {
+        s = a[i].mul_add(b[i], s);
+    }
+    s
+}
+
 /// ggml-cpu's vectorized `ggml_v_expf` of `layout`'s build (the polynomial its softmax,
 /// silu and swiglu use), one lane: [`expf_ggml`] (AVX-512) or [`expf_ggml_avx2`].
 pub fn expf_ggml_for(x: f32, layout: DotLayout) -> f32 {

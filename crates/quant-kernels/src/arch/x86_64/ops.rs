@@ -60,6 +60,29 @@ unsafe fn load_f16x8(p: *const f16) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
+/// An element type the ggml-order dots read 8 at a time as f32 lanes.
+pub(super) trait Lanes8: Copy {
+    /// 8 elements at `p` widened to f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C present; 8 readable elements at `p`.
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl Lanes8 for f16 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        load_f16x8(p)
+    }
+}
+
+impl Lanes8 for f32 {
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
+    }
+}
+
 /// `Σ a·b`, `a` in f16.
 pub fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -454,18 +477,44 @@ pub fn dot_f16_ggml(a: &[f16], b: &[f16], layout: DotLayout) -> f32 {
     sum as f32
 }
 
+/// `Σ a·b` of two f32 rows in the order of ggml-cpu's `ggml_vec_dot_f32` for `layout`
+/// (the lanes and reduction of [`dot_f16_ggml`], the leftovers fused into the sum in
+/// order); twin [`sc::dot_f32_ggml`].
+pub fn dot_f32_ggml(a: &[f32], b: &[f32], layout: DotLayout) -> f32 {
+    let n = a.len().min(b.len());
+    if !has_avx2() {
+        return sc::dot_f32_ggml(&a[..n], &b[..n], layout);
+    }
+    // SAFETY: features checked; every load is below `n`.
+    unsafe { dot_f32_ggml_imp(&a[..n], &b[..n], layout) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_ggml_imp(a: &[f32], b: &[f32], layout: DotLayout) -> f32 {
+    let n = a.len();
+    let np = n - n % layout.step();
+    let mut sum = match layout {
+        sc::DotLayout::Avx512 => dot_f16_reduce512_imp(a.as_ptr(), b.as_ptr(), np),
+        sc::DotLayout::Avx2 => dot_f16_reduce256_imp(a.as_ptr(), b.as_ptr(), np),
+    };
+    for i in np..n {
+        sum = a[i].mul_add(b[i], sum);
+    }
+    sum
+}
+
 /// The 64 lanes of ggml's AVX-512 `ggml_vec_dot_f16` (four 16-lane accumulators, here
 /// eight 8-lane ones: accumulator `k` is `v[2k]` low, `v[2k+1]` high) over `np` (a multiple
 /// of 64) elements, reduced in registers in [`sc::DotLayout::reduce`]'s order:
 /// `x0 = acc0 + acc2`, `x1 = acc1 + acc3`, `x0 + x1`, then `_mm512_reduce_add_ps`'s halves.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn dot_f16_reduce512_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
+pub(super) unsafe fn dot_f16_reduce512_imp<T: Lanes8>(a: *const T, b: *const T, np: usize) -> f32 {
     let mut v = [_mm256_setzero_ps(); 8];
     let mut i = 0;
     while i < np {
         for (j, vj) in v.iter_mut().enumerate() {
-            *vj = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * j)), load_f16x8(b.add(i + 8 * j)), *vj);
+            *vj = _mm256_fmadd_ps(T::load8(a.add(i + 8 * j)), T::load8(b.add(i + 8 * j)), *vj);
         }
         i += 64;
     }
@@ -484,12 +533,12 @@ pub(super) unsafe fn dot_f16_reduce512_imp(a: *const f16, b: *const f16, np: usi
 /// `(acc0 + acc2) + (acc1 + acc3)`, `t[i] = x[i] + x[4 + i]`, `(t0 + t1) + (t2 + t3)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn dot_f16_reduce256_imp(a: *const f16, b: *const f16, np: usize) -> f32 {
+pub(super) unsafe fn dot_f16_reduce256_imp<T: Lanes8>(a: *const T, b: *const T, np: usize) -> f32 {
     let mut v = [_mm256_setzero_ps(); 4];
     let mut i = 0;
     while i < np {
         for (j, vj) in v.iter_mut().enumerate() {
-            *vj = _mm256_fmadd_ps(load_f16x8(a.add(i + 8 * j)), load_f16x8(b.add(i + 8 * j)), *vj);
+            *vj = _mm256_fmadd_ps(T::load8(a.add(i + 8 * j)), T::load8(b.add(i + 8 * j)), *vj);
         }
         i += 32;
     }
@@ -517,6 +566,24 @@ mod dot_ggml_tests {
                 let b: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
                 let x = dot_f16_ggml(&a, &b, layout);
                 let y = sc::dot_f16_ggml(&a, &b, layout);
+                assert_eq!(x.to_bits(), y.to_bits(), "{layout:?} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_f32_ggml_matches_its_scalar_twin() {
+        let mut s = 4242u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 * 8.0 - 4.0
+        };
+        for layout in [sc::DotLayout::Avx512, sc::DotLayout::Avx2] {
+            for n in [0, 1, 31, 32, 33, 63, 64, 65, 80, 96, 128, 129, 200, 256, 320] {
+                let a: Vec<f32> = (0..n).map(|_| r()).collect();
+                let b: Vec<f32> = (0..n).map(|_| r()).collect();
+                let x = dot_f32_ggml(&a, &b, layout);
+                let y = sc::dot_f32_ggml(&a, &b, layout);
                 assert_eq!(x.to_bits(), y.to_bits(), "{layout:?} n={n}");
             }
         }
