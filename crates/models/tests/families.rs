@@ -2039,9 +2039,10 @@ fn qwen35moe_routes_its_experts_and_decodes_incrementally() {
     let mut st = qwen35_state(model.as_ref(), 64);
     for (i, &t) in tokens.iter().enumerate() {
         let one = model.forward(st.as_mut(), &[t], Logits::Last).unwrap();
-        // one-token and batch kernels round differently; a lost state would be O(1)
+        // one-token and batch kernels round differently (1.05e-3 seen under forced AVX2,
+        // the experts' gate amplifying it); a lost state would be O(1)
         let worst = one.iter().zip(&all[i * v..(i + 1) * v]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst < 1e-3, "position {i}: {worst}");
+        assert!(worst < 1e-2, "position {i}: {worst}");
     }
 }
 
