@@ -553,40 +553,37 @@ pub(super) unsafe fn dot_f16_reduce256_imp<T: Lanes8>(a: *const T, b: *const T, 
 mod dot_ggml_tests {
     use super::*;
 
-    #[test]
-    fn dot_f16_ggml_matches_its_scalar_twin() {
-        let mut s = 777u32;
-        let mut r = || {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 8.0 - 4.0
-        };
-        for layout in [sc::DotLayout::Avx512, sc::DotLayout::Avx2] {
-            for n in [0, 1, 31, 32, 63, 64, 80, 96, 128, 200, 256, 320] {
-                let a: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
-                let b: Vec<f16> = (0..n).map(|_| f16::from_f32(r())).collect();
-                let x = dot_f16_ggml(&a, &b, layout);
-                let y = sc::dot_f16_ggml(&a, &b, layout);
-                assert_eq!(x.to_bits(), y.to_bits(), "{layout:?} n={n}");
-            }
-        }
-    }
-
-    #[test]
-    fn dot_f32_ggml_matches_its_scalar_twin() {
-        let mut s = 4242u32;
+    /// `simd` against `twin` on random rows of every length class (whole steps, leftovers,
+    /// empty) in both layouts, bit for bit; `conv` makes an element from an f32.
+    fn against_twin<T>(
+        seed: u32,
+        conv: impl Fn(f32) -> T,
+        simd: impl Fn(&[T], &[T], DotLayout) -> f32,
+        twin: impl Fn(&[T], &[T], DotLayout) -> f32,
+    ) {
+        let mut s = seed;
         let mut r = || {
             s = s.wrapping_mul(1664525).wrapping_add(1013904223);
             (s >> 8) as f32 / (1u32 << 24) as f32 * 8.0 - 4.0
         };
         for layout in [sc::DotLayout::Avx512, sc::DotLayout::Avx2] {
             for n in [0, 1, 31, 32, 33, 63, 64, 65, 80, 96, 128, 129, 200, 256, 320] {
-                let a: Vec<f32> = (0..n).map(|_| r()).collect();
-                let b: Vec<f32> = (0..n).map(|_| r()).collect();
-                let x = dot_f32_ggml(&a, &b, layout);
-                let y = sc::dot_f32_ggml(&a, &b, layout);
+                let a: Vec<T> = (0..n).map(|_| conv(r())).collect();
+                let b: Vec<T> = (0..n).map(|_| conv(r())).collect();
+                let (x, y) = (simd(&a, &b, layout), twin(&a, &b, layout));
                 assert_eq!(x.to_bits(), y.to_bits(), "{layout:?} n={n}");
             }
         }
+    }
+
+    #[test]
+    fn dot_f16_ggml_matches_its_scalar_twin() {
+        against_twin(777, f16::from_f32, dot_f16_ggml, sc::dot_f16_ggml);
+    }
+
+    #[test]
+    fn dot_f32_ggml_matches_its_scalar_twin() {
+        against_twin(4242, |x| x, dot_f32_ggml, sc::dot_f32_ggml);
     }
 }
 
