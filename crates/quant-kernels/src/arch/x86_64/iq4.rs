@@ -603,6 +603,9 @@ const XS_ROWS_AHEAD: usize = 6;
 /// `−128·Σx` per lane, 8 sub-blocks), the scales unpacked in a vector. The sums are
 /// kept as floats: every lane sum is an integer of magnitude at most
 /// `8·32·4·127·128 < 2²⁴`, so each step is exact and the sums are `xs_imp`'s integers.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI; a whole block at `wb`, the token's 8 sub-block offsets at `off`.
 #[inline(always)]
 unsafe fn xs_block512(wb: *const u8, xs: &[__m512i; 4], off: *const __m256i, lut: __m512i) -> __m512 {
     let sh = _mm256_set1_epi32((wb.add(2) as *const u16).read_unaligned() as i32);
