@@ -37,11 +37,13 @@ pub(super) unsafe fn q6_k_one(
     y: *mut f32,
 ) -> usize {
     let m4 = _mm512_set1_epi8(0xF);
-    let m3 = _mm512_set1_epi8(3);
-    // per 16-bit lane: shift of the qh byte pair for the low (0 / 2) and high (4 / 6)
-    // nibbles, the first 256 bits being elements l, the second l + 32
-    let sh_lo = _mm512_inserti64x4::<1>(_mm512_set1_epi16(0), _mm256_set1_epi16(2));
-    let sh_hi = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(6));
+    let m30 = _mm512_set1_epi8(0x30);
+    // the qh bit pair of an element moved to bits 4–5 of its byte, per 16-bit lane (the
+    // first 256 bits being elements l, the second l + 32): for the low nibbles bits 0–1 / 2–3
+    // shifted left by 4 / 2, for the high nibbles bits 4–5 / 6–7 right by 0 / 2 (bits a
+    // 16-bit shift carries across bytes are masked off with the rest)
+    let shl_lo = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
+    let shr_hi = _mm512_inserti64x4::<1>(_mm512_set1_epi16(0), _mm256_set1_epi16(2));
     // i16 pair lane j of the 64 elements starting at 64·k takes scale 4k + j/8
     let sidx: [__m512i; 4] = core::array::from_fn(|k| {
         let mut v = [0i16; 32];
@@ -73,11 +75,12 @@ pub(super) unsafe fn q6_k_one(
                     let ql = _mm512_loadu_si512(wb.add(64 * half) as *const __m512i);
                     let qh = _mm256_loadu_si256(wb.add(128 + 32 * half) as *const __m256i);
                     let qh2 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), qh);
-                    let hl = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh_lo), m3));
-                    let hh = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srlv_epi16(qh2, sh_hi), m3));
+                    let hl = _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_lo), m30);
+                    let hh = _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_hi), m30);
+                    // m4 ? nibble : high bits (0xCA: the bitwise select A ? B : C)
                     let q = [
-                        _mm512_or_si512(_mm512_and_si512(ql, m4), hl),
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), hh),
+                        _mm512_ternarylogic_epi32::<0xCA>(m4, ql, hl),
+                        _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(ql), hh),
                     ];
                     for (k2, q) in q.iter().enumerate() {
                         let k = 2 * half + k2;
