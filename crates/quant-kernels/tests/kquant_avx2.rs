@@ -311,7 +311,7 @@ fn vnni_repacked_is_bit_identical(ty: u32, wb: usize) {
     };
     let mut rng = StdRng::seed_from_u64(82);
     let mut compared = 0usize;
-    // 65 blocks: past the q4_K one-token kernel's stack layout (64 blocks), onto the heap
+    // 65 blocks: a longer row after shorter ones (the q4_K one-token kernel's per-thread layout grows)
     for (nb, rows) in [(1usize, 8usize), (2, 16), (3, 13), (1, 40), (8, 7), (4, 1), (65, 8)] {
         let cols = nb * 256;
         let w = weights(&mut rng, ty, rows, cols);

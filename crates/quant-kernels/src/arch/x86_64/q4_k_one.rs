@@ -38,8 +38,11 @@ fn scales_mins(b: &[u8; 12]) -> (u64, u64) {
     (s[0] as u64 | (s[1] as u64) << 32, m[0] as u64 | (m[1] as u64) << 32)
 }
 
-/// Blocks whose activation layout fits the stack buffer; longer rows use the heap.
-const STACK_BLOCKS: usize = 64;
+thread_local! {
+    /// The token's activation layout ([`q4_k_one`]), kept per thread between calls so that
+    /// no call allocates once it has grown to the longest row.
+    static LAYOUT: core::cell::Cell<Vec<__m512i>> = const { core::cell::Cell::new(Vec::new()) };
+}
 
 /// `rows` q4_K rows (`nb` blocks each, `w_stride` bytes apart) · one Q8_K row `x`,
 /// results to `y[r]`. Rows past the last multiple of 4 go to `rest`.
@@ -72,29 +75,22 @@ pub(super) unsafe fn q4_k_one(
     // 512-bit activation vectors matching the weights' nibble order (elements 0–31 with
     // 64–95, 32–63 with 96–127, 128–159 with 192–223, 160–191 with 224–255), then its
     // 32-element bsums as 8 i16 beside dx.
-    let mut stack = [core::mem::MaybeUninit::<__m512i>::uninit(); 5 * STACK_BLOCKS];
-    let mut heap = Vec::new();
-    let lay: &mut [core::mem::MaybeUninit<__m512i>] = if nb <= STACK_BLOCKS {
-        &mut stack[..5 * nb]
-    } else {
-        heap.resize(5 * nb, core::mem::MaybeUninit::uninit());
-        &mut heap
-    };
+    let mut lay = LAYOUT.with(|c| c.take());
+    lay.clear();
+    lay.reserve(5 * nb);
     for b in 0..nb {
         let xb = x.add(b * Q8_K_BYTES);
         let ld = |o: usize| _mm256_loadu_si256(xb.add(4 + o) as *const __m256i);
         let cat = |lo: __m256i, hi: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-        lay[5 * b].write(cat(ld(0), ld(64)));
-        lay[5 * b + 1].write(cat(ld(32), ld(96)));
-        lay[5 * b + 2].write(cat(ld(128), ld(192)));
-        lay[5 * b + 3].write(cat(ld(160), ld(224)));
+        lay.push(cat(ld(0), ld(64)));
+        lay.push(cat(ld(32), ld(96)));
+        lay.push(cat(ld(128), ld(192)));
+        lay.push(cat(ld(160), ld(224)));
         let bs = _mm256_loadu_si256(xb.add(4 + 256) as *const __m256i);
         let bp = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
         let dx = _mm_castps_si128(_mm_set1_ps((xb as *const f32).read_unaligned()));
-        lay[5 * b + 4].write(_mm512_inserti32x4::<1>(_mm512_castsi128_si512(bp), dx));
+        lay.push(_mm512_inserti32x4::<1>(_mm512_castsi128_si512(bp), dx));
     }
-    // SAFETY: every element of `lay` was written above.
-    let lay = &*(lay as *const [core::mem::MaybeUninit<__m512i>] as *const [__m512i]);
     let r4 = rows - rows % 4;
     let mut r = 0;
     while r < r4 {
@@ -148,5 +144,6 @@ pub(super) unsafe fn q4_k_one(
         _mm_storeu_ps(y.add(r), _mm_sub_ps(acc, accm));
         r += 4;
     }
+    LAYOUT.with(|c| c.set(lay));
     r4
 }
