@@ -5,8 +5,9 @@
 //! each tool doing its own warm-up), so that drift in machine load hits both sides alike;
 //! the figures are the median and range over rounds, the ratios the median of the
 //! per-round ratios. Ours also reports the kernel path of each weight type and decode's
-//! share of the DRAM read bound (`gguf bench --dram-bound`). Peak RSS is the child's
-//! maximum resident set size from `/usr/bin/time -f %M`, for both tools. llama.cpp's load
+//! share of the DRAM read bound, over a fresh buffer and over the weights' own pages
+//! (`gguf bench --dram-bound`). Peak RSS is the child's maximum resident set size from
+//! `/usr/bin/time -f %M`, for both tools. llama.cpp's load
 //! time is measured through libllama (model load + context of the same size, page cache
 //! warm), ours is `gguf bench`'s `load_ms`.
 
@@ -80,6 +81,8 @@ struct Side {
     peak_rss: u64,
     /// Ours: decode's share of the DRAM read bound, per round.
     dram: Vec<f64>,
+    /// Ours: decode's share of the same loop over the weights' own pages, per round.
+    pages: Vec<f64>,
     /// Ours: `type: kernel path` of each weight type.
     kernels: String,
 }
@@ -176,6 +179,7 @@ struct OursRound {
     load_ms: f64,
     rss: u64,
     dram_fraction: f64,
+    pages_fraction: f64,
     kernels: String,
 }
 
@@ -207,11 +211,10 @@ fn ours_round(bin: &Path, model: &Path, o: &BenchOpts, dram: bool) -> Result<Our
     let results = v["results"].as_array().context("gguf bench --json: no results array")?;
     let (pp, tg) = pp_tg(results)?;
     let load_ms = v["load_ms"].as_f64().unwrap_or(f64::NAN);
-    let dram_fraction = results
-        .iter()
-        .find(|r| r["n_prompt"].as_u64() == Some(0))
-        .and_then(|r| r["dram_bound_fraction"].as_f64())
-        .unwrap_or(f64::NAN);
+    let gen_result = |key: &str| {
+        results.iter().find(|r| r["n_prompt"].as_u64() == Some(0)).and_then(|r| r[key].as_f64()).unwrap_or(f64::NAN)
+    };
+    let (dram_fraction, pages_fraction) = (gen_result("dram_bound_fraction"), gen_result("weights_bound_fraction"));
     let kernels = v["weights"]["types"]
         .as_array()
         .map(|ts| {
@@ -221,7 +224,7 @@ fn ours_round(bin: &Path, model: &Path, o: &BenchOpts, dram: bool) -> Result<Our
                 .join("; ")
         })
         .unwrap_or_default();
-    Ok(OursRound { pp, tg, load_ms, rss, dram_fraction, kernels })
+    Ok(OursRound { pp, tg, load_ms, rss, dram_fraction, pages_fraction, kernels })
 }
 
 /// llama.cpp's load time: model + a context for pp + tg, through libllama.
@@ -303,11 +306,13 @@ pub fn run(cache: &Path, o: &BenchOpts) -> Result<()> {
             match ours_round(bin, &t.path, o, true) {
                 Ok(r) => {
                     eprintln!(
-                        "  DRAM-bound run: tg {:.2} t/s, {:.0} % of the read bound",
+                        "  DRAM-bound run: tg {:.2} t/s, {:.0} % of the read bound, {:.0} % of the weights' pages' bound",
                         r.tg,
-                        r.dram_fraction * 100.0
+                        r.dram_fraction * 100.0,
+                        r.pages_fraction * 100.0
                     );
                     ours.dram.push(r.dram_fraction);
+                    ours.pages.push(r.pages_fraction);
                 }
                 Err(e) => eprintln!("  DRAM-bound run failed: {e:#}"),
             }
@@ -340,7 +345,8 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
     let _ = writeln!(
         s,
         "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, -d {}, {} interleaved rounds: tokens/s median (min–max); \
-         ratio = median of the per-round ratios (their range); DRAM = decode's share of the measured DRAM read bound (a separate run after the rounds; peak RSS from the rounds)\n",
+         ratio = median of the per-round ratios (their range); DRAM = decode's share of the measured DRAM read bound: a stream-read loop over a fresh buffer / over the weights' own pages \
+         (a separate run after the rounds; peak RSS from the rounds)\n",
         o.threads, o.depth, o.rounds
     );
     let _ = writeln!(
@@ -369,7 +375,15 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
     for (t, ours, theirs) in rows {
         let size = std::fs::metadata(&t.path).map(|m| m.len() as f64 / 1048576.0).unwrap_or(f64::NAN);
         let rss = |b: u64| if b == 0 { "-".to_string() } else { format!("{:.0}", b as f64 / 1048576.0) };
-        let dram = median(&ours.dram);
+        let pct = |v: &[f64]| {
+            let m = median(v);
+            if m.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.0} %", m * 100.0)
+            }
+        };
+        let dram = format!("{} / {}", pct(&ours.dram), pct(&ours.pages));
         let _ = writeln!(
             s,
             "| {} | {size:.0} | {} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {} / {} |",
@@ -380,7 +394,7 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
             fmt(&ours.tg),
             fmt(&theirs.tg),
             ratio(&ours.tg, &theirs.tg),
-            if dram.is_nan() { "-".to_string() } else { format!("{:.0} %", dram * 100.0) },
+            dram,
             median(&ours.load_ms),
             median(&theirs.load_ms),
             rss(ours.peak_rss),

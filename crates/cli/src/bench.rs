@@ -20,7 +20,9 @@ use crate::engine::{load, peak_rss, threads, Loaded, ModelArgs, INTERRUPTED};
 
 mod weights;
 
-pub use weights::{dram_buffer_bytes, dram_read_bound, weight_report, DramBound, TypeUse, WeightReport};
+pub use weights::{
+    dram_buffer_bytes, dram_read_bound, weight_report, weights_read_bound, DramBound, TypeUse, WeightReport,
+};
 
 /// `gguf bench` (boxed: the parameter lists are many).
 #[derive(Args, Debug)]
@@ -175,8 +177,9 @@ pub struct BenchOpts {
     #[arg(long)]
     weights: bool,
     /// Measure the DRAM read bound (a stream-read loop over 4 × the largest CPU cache, at
-    /// least 512 MiB) at each thread count
-    /// and report each generation test's share of it (stderr; `--json`: per result).
+    /// least 512 MiB) at each thread count, and the same loop over the weights' own pages
+    /// after each generation test, and report the test's share of each (stderr; `--json`:
+    /// per result).
     #[arg(long = "dram-bound")]
     dram_bound: bool,
 }
@@ -1445,7 +1448,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             cache_type_v: CacheType::parse(inst.get(&p, "type_v"))?,
             // llama.cpp: n_ubatch = min(n_batch, n_ubatch)
             n_ubatch: n_ubatch.min(n_batch),
-            pool: Some(pool),
+            pool: Some(pool.clone()),
         };
         let mut st = l.model.new_state(&opts).with_context(|| format!("benchmark {k}/{count}: the context"))?;
         if args.verbose {
@@ -1504,11 +1507,23 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             samples_ns.push((t0.elapsed().as_nanos() as u64).max(1));
         }
         let row = make_row(&p, inst, info, &cpu, test_time, samples_ns);
-        // decode reads every weight once per token: its share of the DRAM read bound
+        // decode reads every weight once per token: its share of the DRAM read bound, and of
+        // the same loop over the weights' own pages, read right after the decode runs
         let bound_fraction = bound.filter(|_| n_prompt == 0).map(|b| row.avg_ts * decode_bytes as f64 / b);
+        let pages = bound_fraction.and_then(|_| {
+            progress(format!("benchmark {k}/{count}: read bound over the weights' pages"));
+            weights_read_bound(&pool, &l.file, 3)
+        });
+        let pages_fraction = pages.map(|b| row.avg_ts * decode_bytes as f64 / b);
         if let Some(f) = bound_fraction {
+            let own = match (pages, pages_fraction) {
+                (Some(b), Some(g)) => {
+                    format!("; the weights' own pages read {:.1} GB/s: {:.0} % of that", b / 1e9, g * 100.0)
+                }
+                _ => String::new(),
+            };
             eprintln!(
-                "{}: {:.2} t/s × {:.1} MiB of weights per token = {:.1} GB/s, {:.0} % of the DRAM read bound",
+                "{}: {:.2} t/s × {:.1} MiB of weights per token = {:.1} GB/s, {:.0} % of the DRAM read bound{own}",
                 row.test_name(),
                 row.avg_ts,
                 decode_bytes as f64 / 1048576.0,
@@ -1541,6 +1556,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 "avg_ts": row.avg_ts, "stddev_ts": row.stddev_ts, "samples_ts": row.samples_ts,
                 "decode_weight_bytes": decode_bytes,
                 "dram_read_bytes_per_s": bound, "dram_bound_fraction": bound_fraction,
+                "weights_read_bytes_per_s": pages, "weights_bound_fraction": pages_fraction,
             }));
             if first_report.is_none() {
                 first_report = report.as_ref().map(weights_json);

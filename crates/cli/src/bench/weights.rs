@@ -193,6 +193,49 @@ pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> DramBound {
     DramBound { heap, huge }
 }
 
+/// The tensors one decode token reads ([`WeightReport::decode_bytes`]'s, MoE expert tensors
+/// whole), as slices of the file's map.
+fn decode_slices(file: &SplitGguf) -> Vec<&[u8]> {
+    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
+    file.tensors()
+        .iter()
+        .filter(|t| t.name != "token_embd.weight" || tied)
+        .filter_map(|t| file.tensor_data(t).ok())
+        .collect()
+}
+
+/// Sequential read bandwidth in bytes per second over the weights' own pages: the
+/// tensors one decode token reads, through the file's map, in pieces of at most 2 MiB
+/// spread over `pool` — the best of `passes` passes (after one that maps the pages in),
+/// without and with the software prefetch distances of [`dram_read_bound`]. The bound of
+/// [`dram_read_bound`] is measured over memory allocated for it, which on a VM need not
+/// read as fast as the pages that hold the model (one Zen 4 and one Zen 5 VM: a fresh
+/// buffer read at either ~40 or ~65 GB/s from one process to the next); these are the
+/// pages decode reads, unless the engine repacked a matrix into memory of its own (those
+/// bytes are then read here from the file's pages). `None`: no weights over 64 MiB.
+pub fn weights_read_bound(pool: &Pool, file: &SplitGguf, passes: usize) -> Option<f64> {
+    const PIECE: usize = 2 << 20;
+    let pieces: Vec<&[u8]> = decode_slices(file).into_iter().flat_map(|s| s.chunks(PIECE)).collect();
+    let total: usize = pieces.iter().map(|p| p.len()).sum();
+    if total < 64 << 20 {
+        return None;
+    }
+    let pass = |prefetch: usize| {
+        let t = Instant::now();
+        pool.for_each(pieces.len(), &|i| {
+            black_box(ops::stream_sum(pieces[i], prefetch));
+        });
+        t.elapsed().as_secs_f64()
+    };
+    pass(0);
+    let best = STREAM_PREFETCH
+        .iter()
+        .flat_map(|&pf| (0..passes.max(1)).map(move |_| pf))
+        .map(pass)
+        .fold(f64::INFINITY, f64::min);
+    Some(total as f64 / best.max(1e-9))
+}
+
 /// [`dram_read_bound`]'s measurements, bytes per second.
 #[derive(Clone, Copy, Debug)]
 pub struct DramBound {
@@ -232,6 +275,33 @@ mod tests {
             if c * 4 <= m / 4 {
                 assert!(bytes as u64 >= 4 * c, "{bytes} for a {c}-byte cache");
             }
+        }
+    }
+
+    /// The pages the weights' bound reads are the bytes [`weight_report`] counts per token
+    /// (the embeddings only when they double as the output matrix); below 64 MiB of them
+    /// there is no bound (the caches would hold them).
+    #[test]
+    fn the_weights_bound_reads_what_decode_reads() {
+        let d = tempfile::tempdir().unwrap();
+        for tied in [true, false] {
+            let path = d.path().join(format!("w{tied}.gguf"));
+            let mut w = gguf_format::GgufWriter::new();
+            w.add_kv("general.architecture", "llama");
+            w.add_tensor_owned("token_embd.weight", &[64, 32], 0, vec![1; 64 * 32 * 4]).unwrap();
+            w.add_tensor_owned("blk.0.ffn_up.weight", &[64, 16], 0, vec![2; 64 * 16 * 4]).unwrap();
+            w.add_tensor_owned("blk.0.attn_norm.weight", &[64], 0, vec![3; 64 * 4]).unwrap();
+            if !tied {
+                w.add_tensor_owned("output.weight", &[64, 8], 0, vec![4; 64 * 8 * 4]).unwrap();
+            }
+            w.write_to_path(&path).unwrap();
+            let f = SplitGguf::open(&path).unwrap();
+            let read: usize = decode_slices(&f).iter().map(|s| s.len()).sum();
+            assert_eq!(read as u64, weight_report(&f).decode_bytes, "tied {tied}");
+            let embd = 64 * 32 * 4;
+            assert_eq!(read, if tied { embd } else { 64 * 8 * 4 } + 64 * 16 * 4 + 64 * 4, "tied {tied}");
+            assert!(decode_slices(&f).iter().flat_map(|s| s.iter()).all(|&b| tied || b != 1));
+            assert_eq!(weights_read_bound(&Pool::new(1), &f, 1), None);
         }
     }
 
