@@ -41,6 +41,28 @@ struct Shared {
     wake: Condvar,
     shutdown: AtomicBool,
     panicked: AtomicBool,
+    /// The pool's threads, the caller included (set once the workers are started).
+    n_threads: AtomicUsize,
+}
+
+thread_local! {
+    /// Threads of the job whose items this thread is running (1 outside a job).
+    static JOB_THREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
+}
+
+/// How many threads run the current job's items at once, asked from inside an item: the
+/// pool's size, or 1 outside a job and in a job run on the calling thread alone. Memory
+/// kernels size their prefetch distance by it (one thread streaming alone reads further
+/// ahead than two sharing the memory).
+pub fn job_threads() -> usize {
+    JOB_THREADS.with(|c| c.get())
+}
+
+/// Runs `f` with [`job_threads`] reading `n`, then restores it.
+fn with_job_threads(n: usize, f: impl FnOnce()) {
+    let old = JOB_THREADS.with(|c| c.replace(n));
+    f();
+    JOB_THREADS.with(|c| c.set(old));
 }
 
 /// A fixed set of worker threads; `n_threads` counts the calling thread, which takes part
@@ -87,6 +109,7 @@ impl Pool {
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
+            n_threads: AtomicUsize::new(1),
         });
         // As many workers as the OS gives, up to the request (and llama.cpp's cap): a
         // failed spawn leaves a smaller pool, never a panic. `n_threads()` tells the truth.
@@ -98,6 +121,7 @@ impl Pool {
                 Err(_) => break,
             }
         }
+        shared.n_threads.store(workers.len() + 1, Ordering::Release);
         Pool { n_threads: workers.len() + 1, shared, busy: AtomicBool::new(false), workers }
     }
 
@@ -143,7 +167,7 @@ impl Pool {
             let _g = lock(&s.sleep_lock);
             s.wake.notify_all();
         }
-        run_items(s, f);
+        with_job_threads(self.n_threads, || run_items(s, f));
         lock(&s.slot).job = None;
         // Workers that joined: spin briefly, then yield so that a preempted worker (an
         // oversubscribed machine) gets a core back instead of us burning our time slice.
@@ -244,7 +268,7 @@ fn worker(s: &Shared) {
             }
         };
         if let Some(f) = job {
-            run_items(s, f);
+            with_job_threads(s.n_threads.load(Ordering::Acquire), || run_items(s, f));
             s.active.fetch_sub(1, Ordering::Release);
         }
     }
@@ -273,6 +297,24 @@ impl Drop for Pool {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    /// Items see their job's thread count; outside a job (and after one) it reads 1.
+    #[test]
+    fn items_see_how_many_threads_run_their_job() {
+        assert_eq!(job_threads(), 1);
+        for n in [1usize, 2, 3] {
+            let pool = Pool::new(n);
+            let seen = Mutex::new(Vec::new());
+            pool.for_each(64, &|_| {
+                lock(&seen).push(job_threads());
+                std::thread::sleep(Duration::from_micros(50));
+            });
+            let seen = seen.into_inner().unwrap();
+            assert_eq!(seen.len(), 64);
+            assert!(seen.iter().all(|&t| t == pool.n_threads()), "{n}: {seen:?}");
+            assert_eq!(job_threads(), 1);
+        }
+    }
 
     #[test]
     fn every_item_once() {
