@@ -164,20 +164,8 @@ pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> DramBound {
         }
     };
     let best_over = |buf: &[u8]| {
-        let pass = |prefetch: usize| {
-            let t = Instant::now();
-            pool.for_each(n_chunks, &|c| {
-                black_box(ops::stream_sum(&buf[c * CHUNK..(c + 1) * CHUNK], prefetch));
-            });
-            t.elapsed().as_secs_f64()
-        };
-        pass(0);
-        let best = STREAM_PREFETCH
-            .iter()
-            .flat_map(|&pf| (0..passes.max(1)).map(move |_| pf))
-            .map(pass)
-            .fold(f64::INFINITY, f64::min);
-        len as f64 / best.max(1e-9)
+        let pieces: Vec<&[u8]> = buf.chunks(CHUNK).collect();
+        len as f64 / best_pass_secs(pool, &pieces, passes)
     };
     let heap = {
         let mut buf = vec![0u8; len];
@@ -220,6 +208,13 @@ pub fn weights_read_bound(pool: &Pool, file: &SplitGguf, passes: usize) -> Optio
     if total < 64 << 20 {
         return None;
     }
+    Some(total as f64 / best_pass_secs(pool, &pieces, passes))
+}
+
+/// Seconds of the fastest stream-read pass over `pieces` (one piece per item of `pool`):
+/// one pass first that maps the pages in, then `passes` passes at each prefetch distance
+/// of [`STREAM_PREFETCH`].
+fn best_pass_secs(pool: &Pool, pieces: &[&[u8]], passes: usize) -> f64 {
     let pass = |prefetch: usize| {
         let t = Instant::now();
         pool.for_each(pieces.len(), &|i| {
@@ -233,7 +228,7 @@ pub fn weights_read_bound(pool: &Pool, file: &SplitGguf, passes: usize) -> Optio
         .flat_map(|&pf| (0..passes.max(1)).map(move |_| pf))
         .map(pass)
         .fold(f64::INFINITY, f64::min);
-    Some(total as f64 / best.max(1e-9))
+    best.max(1e-9)
 }
 
 /// [`dram_read_bound`]'s measurements, bytes per second.
