@@ -1516,12 +1516,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         });
         let pages_fraction = pages.map(|b| row.avg_ts * decode_bytes as f64 / b);
         if let Some(f) = bound_fraction {
-            let own = match (pages, pages_fraction) {
-                (Some(b), Some(g)) => {
-                    format!("; the weights' own pages read {:.1} GB/s: {:.0} % of that", b / 1e9, g * 100.0)
-                }
-                _ => String::new(),
-            };
+            let own = pages.zip(pages_fraction).map_or(String::new(), |(b, g)| {
+                format!("; the weights' own pages read {:.1} GB/s: {:.0} % of that", b / 1e9, g * 100.0)
+            });
             eprintln!(
                 "{}: {:.2} t/s × {:.1} MiB of weights per token = {:.1} GB/s, {:.0} % of the DRAM read bound{own}",
                 row.test_name(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use gguf_format::SplitGguf;
+use gguf_format::{SplitGguf, TensorInfo};
 use quant_kernels::registry::kernel_for;
 use quant_kernels::{ops, Pool};
 
@@ -53,14 +53,13 @@ pub fn weight_report(file: &SplitGguf) -> WeightReport {
     let experts = key("expert_count").unwrap_or(0);
     let used = key("expert_used_count").unwrap_or(0);
     let tensors = file.tensors();
-    let tied = !tensors.iter().any(|t| t.name == "output.weight");
+    let per_token = read_per_token(tensors);
     // (tensors, bytes, repacked matrices) per type id
     let mut per_type: BTreeMap<u32, (usize, u64, usize)> = BTreeMap::new();
     let mut decode = 0f64;
     for t in tensors.iter() {
         let bytes = t.size.unwrap_or(0);
-        let is_embd = t.name == "token_embd.weight";
-        if !is_embd || tied {
+        if per_token(t) {
             decode += if t.name.contains("_exps") && experts > 0 {
                 bytes as f64 * used.min(experts) as f64 / experts as f64
             } else {
@@ -184,12 +183,15 @@ pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> DramBound {
 /// The tensors one decode token reads ([`WeightReport::decode_bytes`]'s, MoE expert tensors
 /// whole), as slices of the file's map.
 fn decode_slices(file: &SplitGguf) -> Vec<&[u8]> {
-    let tied = !file.tensors().iter().any(|t| t.name == "output.weight");
-    file.tensors()
-        .iter()
-        .filter(|t| t.name != "token_embd.weight" || tied)
-        .filter_map(|t| file.tensor_data(t).ok())
-        .collect()
+    let per_token = read_per_token(file.tensors());
+    file.tensors().iter().filter(|t| per_token(t)).filter_map(|t| file.tensor_data(t).ok()).collect()
+}
+
+/// Whether a decode token reads a tensor of `tensors` whole: all but the token embeddings
+/// (one row of which is read), unless they double as the output matrix (no `output.weight`).
+fn read_per_token(tensors: &[TensorInfo]) -> impl Fn(&TensorInfo) -> bool {
+    let tied = !tensors.iter().any(|t| t.name == "output.weight");
+    move |t| t.name != "token_embd.weight" || tied
 }
 
 /// Sequential read bandwidth in bytes per second over the weights' own pages: the
