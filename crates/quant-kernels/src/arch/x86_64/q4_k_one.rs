@@ -21,22 +21,8 @@ const WB: usize = 144;
 /// Rows ahead of its reads that each row's weights are prefetched ([`prefetch_ahead`]).
 const ROWS_AHEAD: usize = 6;
 
-/// The 8 scales (low u64: bytes 0–7) and 8 mins (high u64) of a q4_K block's 12 scale
-/// bytes (`get_scale_min_k4`), as ggml-cpu unpacks them with 32-bit masks.
-#[inline(always)]
-fn scales_mins(b: &[u8; 12]) -> (u64, u64) {
-    const K1: u32 = 0x3f3f_3f3f;
-    const K2: u32 = 0x0f0f_0f0f;
-    const K3: u32 = 0x0303_0303;
-    let u = [
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-        u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
-    ];
-    let s = [u[0] & K1, (u[2] & K2) | (((u[0] >> 6) & K3) << 4)];
-    let m = [u[1] & K1, ((u[2] >> 4) & K2) | (((u[1] >> 6) & K3) << 4)];
-    (s[0] as u64 | (s[1] as u64) << 32, m[0] as u64 | (m[1] as u64) << 32)
-}
+/// 512-bit vectors per block in the token's layout: four activation vectors, the bsums, dx.
+const LAY: usize = 6;
 
 thread_local! {
     /// The token's activation layout ([`q4_k_one`]), kept per thread between calls so that
@@ -60,24 +46,40 @@ pub(super) unsafe fn q4_k_one(
     y: *mut f32,
 ) -> usize {
     let m4 = _mm512_set1_epi8(0xF);
+    let zero = _mm512_setzero_si512();
     // After `vpackssdw` of the lane sums of sub-blocks (a, a + 2) and (a + 1, a + 3), each
     // 128-bit lane holds four i16 of one sub-block then four of the next: lanes 0–1
-    // sub-blocks (a, a + 1), lanes 2–3 (a + 2, a + 3). Each i16 takes its sub-block's scale.
-    let sidx = |a: i16| {
+    // sub-blocks (a, a + 1), lanes 2–3 (a + 2, a + 3). Each i16 takes its sub-block's scale,
+    // row i's scales being i16 8i..8i + 7 of the four rows' unpacked scales.
+    let sidx = |a: i16, i: i16| {
         let mut v = [0i16; 32];
         for (j, s) in v.iter_mut().enumerate() {
-            *s = a + 2 * (j / 16) as i16 + ((j % 8) / 4) as i16;
+            *s = 8 * i + a + 2 * (j / 16) as i16 + ((j % 8) / 4) as i16;
         }
         _mm512_loadu_si512(v.as_ptr() as *const __m512i)
     };
-    let sidx = [sidx(0), sidx(4)];
+    let sidx: [[__m512i; 4]; 2] = [0, 4].map(|a| core::array::from_fn(|i| sidx(a, i as i16)));
+    // ggml's `get_scale_min_k4` for the four rows at once, each row's 16 header bytes
+    // (d, dmin, 12 scale bytes: dwords dd, u0, u1, u2) in one 128-bit lane: scales s0–3 =
+    // u0 & 0x3f…, s4–7 = (u2 & 0x0f…) | ((u0 >> 2) & 0x30…), mins m0–3 = u1 & 0x3f…,
+    // m4–7 = ((u2 >> 4) & 0x0f…) | ((u1 >> 2) & 0x30…) — as dwords (u0, u2, u1, u2) shifted
+    // right by (0, 0, 0, 4) and masked, or'ed with (u0, u0, u1, u1) >> 2 masked
+    let lane4 = |a: i32, b: i32, c: i32, d: i32| _mm512_broadcast_i32x4(_mm_setr_epi32(a, b, c, d));
+    let (k1, k2, k30) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x3030_3030);
+    let shr = lane4(0, 0, 0, 4);
+    let mask_a = lane4(k1, k2, k1, k2);
+    let mask_b = lane4(0, k30, 0, k30);
+    // dword 0 of each 128-bit lane of `a`, then of `b`
+    let gather = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+    // (d0, m0, d1, m1, …) → (d0, d1, d2, d3, m0, m1, m2, m3)
+    let split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     // The token's layout, once per call and shared by every row: per block the four
     // 512-bit activation vectors matching the weights' nibble order (elements 0–31 with
-    // 64–95, 32–63 with 96–127, 128–159 with 192–223, 160–191 with 224–255), then its
-    // 32-element bsums as 8 i16 beside dx.
+    // 64–95, 32–63 with 96–127, 128–159 with 192–223, 160–191 with 224–255), its
+    // 32-element bsums as 8 i16 in each 128-bit lane, and dx in every lane.
     let mut lay = LAYOUT.with(|c| c.take());
     lay.clear();
-    lay.reserve(5 * nb);
+    lay.reserve(LAY * nb);
     for b in 0..nb {
         let xb = x.add(b * Q8_K_BYTES);
         let ld = |o: usize| _mm256_loadu_si256(xb.add(4 + o) as *const __m256i);
@@ -88,30 +90,34 @@ pub(super) unsafe fn q4_k_one(
         lay.push(cat(ld(160), ld(224)));
         let bs = _mm256_loadu_si256(xb.add(4 + 256) as *const __m256i);
         let bp = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
-        let dx = _mm_castps_si128(_mm_set1_ps((xb as *const f32).read_unaligned()));
-        lay.push(_mm512_inserti32x4::<1>(_mm512_castsi128_si512(bp), dx));
+        lay.push(_mm512_broadcast_i32x4(bp));
+        lay.push(_mm512_castps_si512(_mm512_set1_ps((xb as *const f32).read_unaligned())));
     }
     let r4 = rows - rows % 4;
     let mut r = 0;
     while r < r4 {
-        let mut acc = _mm_setzero_ps();
-        let mut accm = _mm_setzero_ps();
+        // (acc for the four rows, accm for the four rows)
+        let mut acc = _mm256_setzero_ps();
         for b in 0..nb {
-            let xs = &lay[5 * b..5 * b + 4];
-            let bp = _mm512_castsi512_si128(lay[5 * b + 4]);
-            let vdx = _mm_castsi128_ps(_mm512_extracti32x4_epi32::<1>(lay[5 * b + 4]));
+            let l = &lay[LAY * b..LAY * (b + 1)];
+            let wb: [*const u8; 4] = core::array::from_fn(|i| w.add((r + i) * w_stride + b * WB));
+            // the four rows' headers, row i in 128-bit lane i
+            let ld = |i: usize| _mm_loadu_si128(wb[i] as *const __m128i);
+            let mut hdr = _mm512_castsi128_si512(ld(0));
+            hdr = _mm512_inserti32x4::<1>(hdr, ld(1));
+            hdr = _mm512_inserti32x4::<2>(hdr, ld(2));
+            hdr = _mm512_inserti32x4::<3>(hdr, ld(3));
+            let p = _mm512_srlv_epi32(_mm512_shuffle_epi32::<0xED>(hdr), shr);
+            let q = _mm512_and_si512(_mm512_srli_epi32::<2>(_mm512_shuffle_epi32::<0xA5>(hdr)), mask_b);
+            // (p & mask_a) | q
+            let sm = _mm512_ternarylogic_epi32::<0xEA>(p, mask_a, q);
+            let s16 = _mm512_unpacklo_epi8(sm, zero);
+            let im = _mm512_madd_epi16(_mm512_unpackhi_epi8(sm, zero), l[4]);
             let mut is = [_mm512_setzero_si512(); 4];
-            let mut im = [_mm_setzero_si128(); 4];
-            let mut d = [0u64; 2];
-            for (i, (is, im)) in is.iter_mut().zip(im.iter_mut()).enumerate() {
-                let wb = w.add((r + i) * w_stride + b * WB);
-                prefetch_ahead::<WB, 3>(wb, ROWS_AHEAD * w_stride);
-                d[i / 2] |= ((wb as *const u32).read_unaligned() as u64) << (32 * (i % 2));
-                let (s8, m8) = scales_mins(&*(wb.add(4) as *const [u8; 12]));
-                let s16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(s8 as i64)));
-                *im = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(m8 as i64)), bp);
-                let z0 = _mm512_loadu_si512(wb.add(16) as *const __m512i);
-                let z1 = _mm512_loadu_si512(wb.add(80) as *const __m512i);
+            for (i, is) in is.iter_mut().enumerate() {
+                prefetch_ahead::<WB, 3>(wb[i], ROWS_AHEAD * w_stride);
+                let z0 = _mm512_loadu_si512(wb[i].add(16) as *const __m512i);
+                let z1 = _mm512_loadu_si512(wb[i].add(80) as *const __m512i);
                 let q = [
                     _mm512_and_si512(z0, m4),
                     _mm512_and_si512(_mm512_srli_epi16::<4>(z0), m4),
@@ -119,29 +125,31 @@ pub(super) unsafe fn q4_k_one(
                     _mm512_and_si512(_mm512_srli_epi16::<4>(z1), m4),
                 ];
                 // four q·x products per i32 lane: |sum| ≤ 4·15·128, so `vpackssdw` is exact
-                let p: [__m512i; 4] =
-                    core::array::from_fn(|k| _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[k], xs[k]));
+                let p: [__m512i; 4] = core::array::from_fn(|k| _mm512_dpbusd_epi32(zero, q[k], l[k]));
                 for h in 0..2 {
                     let pk = _mm512_packs_epi32(p[2 * h], p[2 * h + 1]);
-                    *is = _mm512_dpwssd_epi32(*is, pk, _mm512_permutexvar_epi16(sidx[h], s16));
+                    *is = _mm512_dpwssd_epi32(*is, pk, _mm512_permutexvar_epi16(sidx[h][i], s16));
                 }
             }
-            // the four rows' sums side by side: [is0, is1, is2, is3] and [im0, …, im3]
+            // the four rows' sums side by side: [is0, is1, is2, is3]
             let t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(is[0], is[1]), _mm512_unpackhi_epi32(is[0], is[1]));
             let t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(is[2], is[3]), _mm512_unpackhi_epi32(is[2], is[3]));
             let u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
             let h = _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64::<1>(u));
             let is4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-            let im4 = _mm_hadd_epi32(_mm_hadd_epi32(im[0], im[1]), _mm_hadd_epi32(im[2], im[3]));
-            // d (low half) and dmin (high half) of the four rows
-            let dd = _mm_set_epi64x(d[1] as i64, d[0] as i64);
-            let z = _mm_setzero_si128();
-            let dv = _mm_cvtph_ps(_mm_packus_epi32(_mm_and_si128(dd, _mm_set1_epi32(0xffff)), z));
-            let mv = _mm_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32::<16>(dd), z));
-            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(is4), _mm_mul_ps(dv, vdx), acc);
-            accm = _mm_fmadd_ps(_mm_cvtepi32_ps(im4), _mm_mul_ps(mv, vdx), accm);
+            // each lane's four mins products summed into all its dwords, then [im0..im3] and
+            // the rows' (d, dmin) dwords gathered
+            let im = _mm512_add_epi32(im, _mm512_shuffle_epi32::<0x4E>(im));
+            let im = _mm512_add_epi32(im, _mm512_shuffle_epi32::<0xB1>(im));
+            let g = _mm512_permutex2var_epi32(im, gather, hdr);
+            let isim = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(is4), _mm512_castsi512_si128(g));
+            // d (low half) and dmin (high half) of the four rows: [d0..d3, dmin0..dmin3]
+            let dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm512_extracti32x4_epi32::<1>(g)), split);
+            let vdx = _mm512_castps512_ps256(_mm512_castsi512_ps(l[5]));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isim), _mm256_mul_ps(dm, vdx), acc);
         }
-        _mm_storeu_ps(y.add(r), _mm_sub_ps(acc, accm));
+        let a = _mm256_castps256_ps128(acc);
+        _mm_storeu_ps(y.add(r), _mm_sub_ps(a, _mm256_extractf128_ps::<1>(acc)));
         r += 4;
     }
     LAYOUT.with(|c| c.set(lay));

@@ -44,11 +44,22 @@ pub(super) unsafe fn q6_k_one(
     // 16-bit shift carries across bytes are masked off with the rest)
     let shl_lo = _mm512_inserti64x4::<1>(_mm512_set1_epi16(4), _mm256_set1_epi16(2));
     let shr_hi = _mm512_inserti64x4::<1>(_mm512_set1_epi16(0), _mm256_set1_epi16(2));
-    // i16 pair lane j of the 64 elements starting at 64·k takes scale 4k + j/8
-    let sidx: [__m512i; 4] = core::array::from_fn(|k| {
-        let mut v = [0i16; 32];
+    // i16 pair lane j of the 64 elements starting at 64·k takes scale 4k + j/8 of its row,
+    // the rows of a pair being i16 0–15 and 16–31 of their widened scales
+    let sidx: [[__m512i; 2]; 4] = core::array::from_fn(|k| {
+        core::array::from_fn(|i| {
+            let mut v = [0i16; 32];
+            for (j, s) in v.iter_mut().enumerate() {
+                *s = (16 * i + 4 * k + j / 8) as i16;
+            }
+            _mm512_loadu_si512(v.as_ptr() as *const __m512i)
+        })
+    });
+    // row 2p + h's d·dx in lanes 8h..8h + 7
+    let didx: [__m512i; 2] = core::array::from_fn(|p| {
+        let mut v = [0i32; 16];
         for (j, s) in v.iter_mut().enumerate() {
-            *s = (4 * k + j / 8) as i16;
+            *s = (2 * p + j / 8) as i32;
         }
         _mm512_loadu_si512(v.as_ptr() as *const __m512i)
     });
@@ -59,48 +70,54 @@ pub(super) unsafe fn q6_k_one(
         let mut acc = [_mm512_setzero_ps(); 2];
         for b in 0..nb {
             let xb = x.add(b * Q8_K_BYTES);
-            let dx = (xb as *const f32).read_unaligned();
             let xs: [__m512i; 4] = core::array::from_fn(|k| _mm512_loadu_si512(xb.add(4 + 64 * k) as *const __m512i));
-            let bsums = _mm256_loadu_si256(xb.add(4 + 256) as *const __m256i);
-            let mut sumi = [_mm256_setzero_si256(); 4];
-            let mut d = [0f32; 4];
-            for (i, s) in sumi.iter_mut().enumerate() {
-                let wb = w.add((r + i) * w_stride + b * WB);
-                prefetch_ahead::<WB, 5>(wb, ROWS_AHEAD * w_stride);
-                let sc8 = _mm_loadu_si128(wb.add(192) as *const __m128i);
-                let sc16 = _mm256_cvtepi8_epi16(sc8);
-                let s16 = _mm512_castsi256_si512(sc16);
-                let mut lanes = _mm512_setzero_si512();
-                for half in 0..2 {
-                    let ql = _mm512_loadu_si512(wb.add(64 * half) as *const __m512i);
-                    let qh = _mm256_loadu_si256(wb.add(128 + 32 * half) as *const __m256i);
-                    let qh2 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), qh);
-                    let hl = _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_lo), m30);
-                    let hh = _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_hi), m30);
-                    // m4 ? nibble : high bits (0xCA: the bitwise select A ? B : C)
-                    let q = [
-                        _mm512_ternarylogic_epi32::<0xCA>(m4, ql, hl),
-                        _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(ql), hh),
-                    ];
-                    for (k2, q) in q.iter().enumerate() {
-                        let k = 2 * half + k2;
-                        let p = _mm512_maddubs_epi16(*q, xs[k]);
-                        lanes = _mm512_dpwssd_epi32(lanes, p, _mm512_permutexvar_epi16(sidx[k], s16));
+            let bsums = _mm512_broadcast_i64x4(_mm256_loadu_si256(xb.add(4 + 256) as *const __m256i));
+            let wb: [*const u8; 4] = core::array::from_fn(|i| w.add((r + i) * w_stride + b * WB));
+            // the four rows' d, then d·dx
+            let mut dh = _mm_cvtsi32_si128((wb[0].add(208) as *const u16).read_unaligned() as i32);
+            dh = _mm_insert_epi16::<1>(dh, (wb[1].add(208) as *const u16).read_unaligned() as i32);
+            dh = _mm_insert_epi16::<2>(dh, (wb[2].add(208) as *const u16).read_unaligned() as i32);
+            dh = _mm_insert_epi16::<3>(dh, (wb[3].add(208) as *const u16).read_unaligned() as i32);
+            let d4 = _mm_mul_ps(_mm_set1_ps((xb as *const f32).read_unaligned()), _mm_cvtph_ps(dh));
+            let d4 = _mm512_castps128_ps512(d4);
+            for p in 0..2 {
+                // the pair's 32 scales widened to i16 (row 2p in the low half)
+                let sc8 = _mm256_inserti128_si256::<1>(
+                    _mm256_castsi128_si256(_mm_loadu_si128(wb[2 * p].add(192) as *const __m128i)),
+                    _mm_loadu_si128(wb[2 * p + 1].add(192) as *const __m128i),
+                );
+                let s16 = _mm512_cvtepi8_epi16(sc8);
+                let mut lanes = [_mm512_setzero_si512(); 2];
+                for (i, lanes) in lanes.iter_mut().enumerate() {
+                    let wb = wb[2 * p + i];
+                    prefetch_ahead::<WB, 5>(wb, ROWS_AHEAD * w_stride);
+                    for half in 0..2 {
+                        let ql = _mm512_loadu_si512(wb.add(64 * half) as *const __m512i);
+                        let qh = _mm256_loadu_si256(wb.add(128 + 32 * half) as *const __m256i);
+                        let qh2 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), qh);
+                        let hl = _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_lo), m30);
+                        let hh = _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_hi), m30);
+                        // m4 ? nibble : high bits (0xCA: the bitwise select A ? B : C)
+                        let q = [
+                            _mm512_ternarylogic_epi32::<0xCA>(m4, ql, hl),
+                            _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(ql), hh),
+                        ];
+                        for (k2, q) in q.iter().enumerate() {
+                            let k = 2 * half + k2;
+                            let pr = _mm512_maddubs_epi16(*q, xs[k]);
+                            *lanes = _mm512_dpwssd_epi32(*lanes, pr, _mm512_permutexvar_epi16(sidx[k][i], s16));
+                        }
                     }
                 }
-                let folded = _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64::<1>(lanes));
-                let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16));
-                *s = _mm256_sub_epi32(folded, corr);
-                let dw = _mm_cvtph_ps(_mm_cvtsi32_si128((wb.add(208) as *const u16).read_unaligned() as i32));
-                d[i] = dx * _mm_cvtss_f32(dw);
-            }
-            for p in 0..2 {
-                let si = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(sumi[2 * p]), sumi[2 * p + 1]);
-                let dv = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_castps_si256(_mm256_set1_ps(d[2 * p]))),
-                    _mm256_castps_si256(_mm256_set1_ps(d[2 * p + 1])),
+                // each row's two 32-element chunks folded: [row 2p, row 2p + 1] in 8 lanes each
+                let folded = _mm512_add_epi32(
+                    _mm512_shuffle_i64x2::<0x44>(lanes[0], lanes[1]),
+                    _mm512_shuffle_i64x2::<0xEE>(lanes[0], lanes[1]),
                 );
-                acc[p] = _mm512_fmadd_ps(_mm512_castsi512_ps(dv), _mm512_cvtepi32_ps(si), acc[p]);
+                let corr = _mm512_slli_epi32::<5>(_mm512_madd_epi16(bsums, s16));
+                let si = _mm512_sub_epi32(folded, corr);
+                let dv = _mm512_permutexvar_ps(didx[p], d4);
+                acc[p] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(si), acc[p]);
             }
         }
         for (p, a) in acc.iter().enumerate() {
