@@ -8,7 +8,9 @@
 //! such vectors narrowed into one by `vpackssdw` and multiplied by the sub-block scales
 //! with `vpdpwssd` (per 128 weights: two `vpdpbusd`, one pack, one `vpdpwssd`, one scale
 //! permute, where `vpmaddubsw` + `vpdpwssd` took four multiply-adds and two permutes) — and
-//! the four rows reduced together.
+//! the four rows reduced together. The four rows' block headers are unpacked together in
+//! one 512-bit register instead of row by row in scalar code (one token in L2 on a Zen 5
+//! VM: 39–43 → 44–50 GB/s per thread).
 
 use core::arch::x86_64::*;
 

@@ -8,7 +8,8 @@
 //! elements of a block (two 32-element chunks: lanes 0–7 the first, 8–15 the second,
 //! folded together), the weights unpacked 64 at a time (`ql` low / high nibbles with the
 //! `qh` bit pairs shifted per 256-bit half), products by `vpmaddubsw` (q ≤ 63: no
-//! saturation) times the 16-element scales by `vpdpwssd`.
+//! saturation) times the 16-element scales by `vpdpwssd`. The four rows' d are converted
+//! together and each pair of rows shares its scale widening, fold and correction.
 
 use core::arch::x86_64::*;
 
