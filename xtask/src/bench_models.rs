@@ -240,7 +240,9 @@ fn llama_load_ms(ll: &Llama, model: &Path, o: &BenchOpts) -> Result<f64> {
 
 /// `cargo xtask bench`.
 pub fn run(cache: &Path, o: &BenchOpts) -> Result<()> {
-    let llama_bench = llama_cpp::build_dir(cache).join("bin").join("llama-bench");
+    // `XTASK_LLAMA_BUILD_DIR` names another build of the pinned source (an AVX2-only one
+    // beside `GGUF_CPU_FEATURES=avx2`): its llama-bench runs the rounds.
+    let llama_bench = llama_cpp::loaded_build_dir(cache).join("bin").join("llama-bench");
     ensure!(llama_bench.is_file(), "no {}: run `cargo xtask llama-cpp`", llama_bench.display());
     ensure!(Path::new("/usr/bin/time").is_file(), "/usr/bin/time (GNU time) is needed for peak RSS");
     let gguf = if o.llama_only { None } else { Some(gguf_binary(o.gguf.as_deref())?) };
