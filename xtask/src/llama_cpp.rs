@@ -84,7 +84,7 @@ pub fn build_dir(cache: &Path) -> PathBuf {
 }
 
 /// The environment variable naming another build folder of the pinned source (its `bin/`
-/// holding `libllama.so`) for the comparisons that load llama.cpp (`verify`), e.g. a build
+/// holding `libllama.so` and `llama-bench`) for the comparisons (`verify`, `bench`), e.g. a build
 /// with `-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF` to check the engine's AVX2
 /// paths (`GGUF_CPU_FEATURES=avx2`) against llama.cpp's. `cargo xtask llama-cpp` ignores it:
 /// it only builds [`build_dir`].
