@@ -226,3 +226,63 @@ pub fn run(cache: &Path, force: bool, lib_only: bool) -> Result<PathBuf> {
     eprintln!("llama.cpp: built in {}", build.display());
     Ok(build)
 }
+
+/// The AVX2-only build's configure flags beyond [`CONFIGURE_FLAGS`] (whose `GGML_NATIVE=ON`
+/// they turn off): what an AVX2-only CPU's native build picks, on any x86-64 machine.
+const AVX2_FLAGS: &[&str] = &[
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+    "-DGGML_AVX512=OFF",
+    "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX512_VBMI=OFF",
+    "-DGGML_AVX512_BF16=OFF",
+    "-DGGML_AVX_VNNI=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+];
+
+/// What the AVX2-only build makes: `llama-bench` for `cargo xtask bench`, `libllama` for
+/// `verify`.
+const AVX2_TARGETS: &[&str] = &["llama-bench", "llama"];
+
+/// `<cache>/llama.cpp-build-avx2`.
+pub fn avx2_build_dir(cache: &Path) -> PathBuf {
+    cache.join("llama.cpp-build-avx2")
+}
+
+/// `cargo xtask llama-cpp --avx2 [--force]`: the pinned source built for AVX2 only (the
+/// flags of [`AVX2_FLAGS`]) into [`avx2_build_dir`] — to compare the engine's AVX2 paths
+/// (`GGUF_CPU_FEATURES=avx2`) with llama.cpp's on an AVX-512 machine through
+/// [`BUILD_DIR_ENV`].
+pub fn run_avx2(cache: &Path, force: bool) -> Result<PathBuf> {
+    let build = avx2_build_dir(cache);
+    let flags: Vec<String> = CONFIGURE_FLAGS
+        .iter()
+        .filter(|f| !f.starts_with("-DGGML_NATIVE=") && !f.starts_with("-DLLAMA_BUILD_TESTS="))
+        .chain(AVX2_FLAGS)
+        .map(|s| s.to_string())
+        .collect();
+    let stamp = format!("{}\n-G Ninja {}\n{}\n", models::LLAMA_CPP_PYTHON, flags.join(" "), AVX2_TARGETS.join(" "));
+    let present = build.join("bin").join("llama-bench").is_file();
+    if !force && present && fs::read_to_string(build.join(STAMP)).is_ok_and(|s| s == stamp) {
+        eprintln!("llama.cpp (AVX2): build in {} is up to date (stamp matches)", build.display());
+        return Ok(build);
+    }
+    let src = ensure_src(cache)?;
+    let sh = Shell::new()?;
+    ensure_tools(&sh)?;
+    cmd!(sh, "cmake -S {src} -B {build} -G Ninja {flags...}").run().context("configuring llama.cpp (AVX2)")?;
+    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
+    cmd!(sh, "cmake --build {build} -j{jobs} --target {AVX2_TARGETS...}").run().context("building llama.cpp (AVX2)")?;
+    ensure!(
+        build.join("bin").join("llama-bench").is_file(),
+        "build finished without {}/bin/llama-bench",
+        build.display()
+    );
+    fs::write(build.join(STAMP), stamp)?;
+    eprintln!("llama.cpp (AVX2): built in {}; use it with {BUILD_DIR_ENV}={}", build.display(), build.display());
+    Ok(build)
+}

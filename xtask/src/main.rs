@@ -1,7 +1,8 @@
 //! `cargo xtask`: the project's automation, one binary with subcommands.
 //!
 //! - `fetch-models [NAME...]`: the three real models and the vocab fixtures, into the cache.
-//! - `llama-cpp [--lib-only] [--force]`: llama.cpp from the llama-cpp-python sdist, built into the cache.
+//! - `llama-cpp [--lib-only] [--force] [--avx2]`: llama.cpp from the llama-cpp-python sdist, built into the cache
+//!   (`--avx2`: an AVX2-only build beside the native one).
 //! - `verify [quants|gguf|requant|quantize|logits|tokenizer|sampling|all] [--quick] [--seed N] [--type NAME...]`: comparisons
 //!   against that build; ends with `N passed, M failed` and fails if M > 0.
 //! - `bench-quants [--quick] [--type NAME...]`: ggml-quants vs ggml throughput.
@@ -35,6 +36,9 @@ commands:
                                     qwen2.5; default all) and the vocab fixtures into the cache
   llama-cpp [--lib-only] [--force]  build llama.cpp (llama-cpp-python 0.3.36 sdist) in the cache;
                                     --lib-only: just libggml-base (what verify needs)
+  llama-cpp --avx2 [--force]        also an AVX2-only build (llama-bench, libllama) in
+                                    llama.cpp-build-avx2, for XTASK_LLAMA_BUILD_DIR beside
+                                    GGUF_CPU_FEATURES=avx2
   verify [quants|gguf|all]          compare against the llama.cpp build (default: all)
   verify requant [--type FTYPE...]  SmolLM2 requantized by llama-quantize into IQ1_S..IQ4_XS,
                                     TQ1_0/TQ2_0, MXFP4_MOE: every tensor vs libggml, gguf CLI
@@ -89,6 +93,7 @@ struct Args {
     quick: bool,
     force: bool,
     lib_only: bool,
+    avx2: bool,
     seed: u64,
     types: Vec<String>,
     models: Vec<String>,
@@ -115,6 +120,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
         quick: false,
         force: false,
         lib_only: false,
+        avx2: false,
         seed: 0x5eed,
         types: Vec::new(),
         models: Vec::new(),
@@ -143,6 +149,7 @@ fn parse_args(args: &[String]) -> Result<Args> {
             "--quick" => a.quick = true,
             "--force" => a.force = true,
             "--lib-only" => a.lib_only = true,
+            "--avx2" => a.avx2 = true,
             "--seed" => {
                 let v = it.next().context("--seed needs a value")?;
                 a.seed = match v.strip_prefix("0x") {
@@ -216,7 +223,11 @@ fn real_main() -> Result<()> {
             println!("{} vocab fixtures in {}", vocab.len(), cache.join("vocab").display());
         }
         "llama-cpp" => {
-            let build = llama_cpp::run(&cache, args.force, args.lib_only)?;
+            let build = if args.avx2 {
+                llama_cpp::run_avx2(&cache, args.force)?
+            } else {
+                llama_cpp::run(&cache, args.force, args.lib_only)?
+            };
             println!("{}", build.display());
         }
         "verify" => {
