@@ -86,8 +86,9 @@ pub fn build_dir(cache: &Path) -> PathBuf {
 /// The environment variable naming another build folder of the pinned source (its `bin/`
 /// holding `libllama.so` and `llama-bench`) for the comparisons (`verify`, `bench`), e.g. a build
 /// with `-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF` to check the engine's AVX2
-/// paths (`GGUF_CPU_FEATURES=avx2`) against llama.cpp's. `cargo xtask llama-cpp` ignores it:
-/// it only builds [`build_dir`].
+/// paths (`GGUF_CPU_FEATURES=avx2`) against llama.cpp's (`cargo xtask llama-cpp --avx2`
+/// builds one: [`run_avx2`]). `cargo xtask llama-cpp` ignores the variable: it builds
+/// [`build_dir`] or [`avx2_build_dir`].
 pub const BUILD_DIR_ENV: &str = "XTASK_LLAMA_BUILD_DIR";
 
 /// The build folder the comparisons load llama.cpp from: [`BUILD_DIR_ENV`] when set and
@@ -104,8 +105,8 @@ pub fn libggml_base(cache: &Path) -> PathBuf {
     build_dir(cache).join("bin").join("libggml-base.so")
 }
 
-fn stamp_text(targets: &[&str]) -> String {
-    format!("{}\n-G Ninja {}\n{}\n", models::LLAMA_CPP_PYTHON, configure_flags().join(" "), targets.join(" "))
+fn stamp_text(flags: &[String], targets: &[&str]) -> String {
+    format!("{}\n-G Ninja {}\n{}\n", models::LLAMA_CPP_PYTHON, flags.join(" "), targets.join(" "))
 }
 
 fn outputs_present(build: &Path, lib_only: bool) -> bool {
@@ -117,8 +118,9 @@ fn outputs_present(build: &Path, lib_only: bool) -> bool {
 /// (of all [`TARGETS`], or with `lib_only` at least of [`LIB_TARGETS`]).
 pub fn is_built(cache: &Path, lib_only: bool) -> bool {
     let build = build_dir(cache);
-    let stamped =
-        |file: &str, targets: &[&str]| fs::read_to_string(build.join(file)).is_ok_and(|s| s == stamp_text(targets));
+    let stamped = |file: &str, targets: &[&str]| {
+        fs::read_to_string(build.join(file)).is_ok_and(|s| s == stamp_text(&configure_flags(), targets))
+    };
     let full = stamped(STAMP, TARGETS) && outputs_present(&build, false);
     full || (lib_only && stamped(LIB_STAMP, LIB_TARGETS) && outputs_present(&build, true))
 }
@@ -214,17 +216,23 @@ pub fn run(cache: &Path, force: bool, lib_only: bool) -> Result<PathBuf> {
     let sh = Shell::new()?;
     ensure_tools(&sh)?;
     let configured = build.join("build.ninja").is_file() && cache_matches(&build);
-    if !configured || force {
-        let flags = configure_flags();
+    let flags = configure_flags();
+    let targets = if lib_only { LIB_TARGETS } else { TARGETS };
+    cmake_build(&sh, &src, &build, (!configured || force).then_some(&flags[..]), targets)?;
+    ensure!(outputs_present(&build, lib_only), "build finished without the expected files in {}/bin", build.display());
+    fs::write(build.join(if lib_only { LIB_STAMP } else { STAMP }), stamp_text(&flags, targets))?;
+    eprintln!("llama.cpp: built in {}", build.display());
+    Ok(build)
+}
+
+/// Configures `build` from `src` with `flags` (when given) and builds `targets` there.
+fn cmake_build(sh: &Shell, src: &Path, build: &Path, flags: Option<&[String]>, targets: &[&str]) -> Result<()> {
+    if let Some(flags) = flags {
         cmd!(sh, "cmake -S {src} -B {build} -G Ninja {flags...}").run().context("configuring llama.cpp")?;
     }
     let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
-    let targets = if lib_only { LIB_TARGETS } else { TARGETS };
     cmd!(sh, "cmake --build {build} -j{jobs} --target {targets...}").run().context("building llama.cpp")?;
-    ensure!(outputs_present(&build, lib_only), "build finished without the expected files in {}/bin", build.display());
-    fs::write(build.join(if lib_only { LIB_STAMP } else { STAMP }), stamp_text(targets))?;
-    eprintln!("llama.cpp: built in {}", build.display());
-    Ok(build)
+    Ok(())
 }
 
 /// The AVX2-only build's configure flags beyond [`CONFIGURE_FLAGS`] (whose `GGML_NATIVE=ON`
@@ -265,7 +273,7 @@ pub fn run_avx2(cache: &Path, force: bool) -> Result<PathBuf> {
         .chain(AVX2_FLAGS)
         .map(|s| s.to_string())
         .collect();
-    let stamp = format!("{}\n-G Ninja {}\n{}\n", models::LLAMA_CPP_PYTHON, flags.join(" "), AVX2_TARGETS.join(" "));
+    let stamp = stamp_text(&flags, AVX2_TARGETS);
     let present = build.join("bin").join("llama-bench").is_file();
     if !force && present && fs::read_to_string(build.join(STAMP)).is_ok_and(|s| s == stamp) {
         eprintln!("llama.cpp (AVX2): build in {} is up to date (stamp matches)", build.display());
@@ -274,9 +282,7 @@ pub fn run_avx2(cache: &Path, force: bool) -> Result<PathBuf> {
     let src = ensure_src(cache)?;
     let sh = Shell::new()?;
     ensure_tools(&sh)?;
-    cmd!(sh, "cmake -S {src} -B {build} -G Ninja {flags...}").run().context("configuring llama.cpp (AVX2)")?;
-    let jobs = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).to_string();
-    cmd!(sh, "cmake --build {build} -j{jobs} --target {AVX2_TARGETS...}").run().context("building llama.cpp (AVX2)")?;
+    cmake_build(&sh, &src, &build, Some(&flags), AVX2_TARGETS)?;
     ensure!(
         build.join("bin").join("llama-bench").is_file(),
         "build finished without {}/bin/llama-bench",

@@ -26,7 +26,7 @@ mod verify;
 // Links every built-in type's `inventory::submit!` into this binary.
 use ggml_quants as _;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
@@ -223,6 +223,10 @@ fn real_main() -> Result<()> {
             println!("{} vocab fixtures in {}", vocab.len(), cache.join("vocab").display());
         }
         "llama-cpp" => {
+            ensure!(
+                !(args.avx2 && args.lib_only),
+                "--avx2 and --lib-only: the AVX2 build is always llama-bench and libllama"
+            );
             let build = if args.avx2 {
                 llama_cpp::run_avx2(&cache, args.force)?
             } else {
