@@ -406,6 +406,9 @@ fn split(pool: &Pool, mode: Mode, rows: usize, n_tokens: usize, shape: Shape, y:
     if n_tokens < TOKEN_SPLIT_FROM {
         return split_rows(pool, rows, n_tokens, rb, y, tile);
     }
+    if tile_tokens == crate::registry::ALL_TOKENS {
+        return split_rows(pool, rows, n_tokens, rb, y, tile);
+    }
     if tile_tokens > 0 {
         // The kernel's shape: all rows, up to `tile_tokens` tokens per tile, whole
         // 16-token groups, at least one tile per thread where there are tokens for it.

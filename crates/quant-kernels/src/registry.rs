@@ -100,9 +100,16 @@ pub struct Kernel {
     /// (a multiple of 16, balanced over the pool's threads): the kernel decodes each
     /// weight band once per tile and transposes the tile's activations once. Its results
     /// must not depend on how the tokens are split into tiles (the split depends on the
-    /// thread count).
+    /// thread count). [`ALL_TOKENS`]: row blocks instead, each with every token of the
+    /// batch.
     pub tile_tokens: usize,
 }
+
+/// [`Kernel::tile_tokens`] of a kernel whose prompt tiles are row blocks with all of the
+/// batch's tokens: for weights that are costly to decode (the IQ lattice types on AVX2),
+/// each row is then decoded once per product, and the rows balance over the threads
+/// whatever the token count.
+pub const ALL_TOKENS: usize = usize::MAX;
 
 impl Kernel {
     /// A kernel for `type_id` on `backend`, always available, no tile, no layout.

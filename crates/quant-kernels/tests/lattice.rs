@@ -116,7 +116,8 @@ fn tiles_match_scalar_twin_bit_for_bit() {
             let tile_fn = k.tile.expect("SIMD lattice kernels have a tile");
             for case in 0..60 {
                 let cols = 256 * rng.gen_range(1..=6);
-                let rows = rng.gen_range(1..=21);
+                // past 64 rows: the tiled path's decoded row groups (`SUB_ROWS`)
+                let rows = if case % 7 == 0 { rng.gen_range(65..=150) } else { rng.gen_range(1..=21) };
                 let tokens = if case % 5 == 0 { rng.gen_range(17..=40) } else { rng.gen_range(1..=16) };
                 let total = if case % 2 == 0 { tokens.max(8) } else { rng.gen_range(1..=7) };
                 // Strides larger than a row: the kernels must honour them.
@@ -192,7 +193,9 @@ fn matmul_follows_llama_cpp_paths() {
     let pool = Pool::new(2);
     for type_id in ALL {
         let f = fmt(type_id);
-        for &(rows, cols, n_tokens) in &[(40, 512, 1), (37, 768, 5), (24, 256, 8), (50, 1536, 33), (16, 512, 70)] {
+        for &(rows, cols, n_tokens) in
+            &[(40, 512, 1), (37, 768, 5), (24, 256, 8), (50, 1536, 33), (16, 512, 70), (150, 512, 40)]
+        {
             let wb = weights(&mut rng, &f, rows, cols);
             let w = Matrix::new(type_id, &wb, rows, cols).unwrap();
             let x: Vec<f32> = (0..n_tokens * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();

@@ -6,12 +6,15 @@
 //! This module holds what the two ISAs share: the block decoders ([`Lattice`]: grid
 //! magnitudes, sign masks and scales of one 32-element group), the decoded 8-row block
 //! ([`Rows8`]), and the one driver ([`tile_imp`]): bounds check, path choice (`vec_dot`
-//! below 8 tokens, tiled from 8), the per-thread cache of decoded tiles and the token
-//! chunks. An ISA ([`Isa`]) supplies only its inner loops.
+//! below 8 tokens, tiled from 8), the tiled path's weights-stationary loop (64 rows decoded
+//! at a time into a per-thread buffer, then run against every token chunk) and the token
+//! chunks. An ISA ([`Isa`]) supplies only its inner loops. The AVX2 tiles are registered
+//! with [`crate::registry::ALL_TOKENS`] (row blocks with the whole batch), so each weight
+//! row is decoded once per product; AVX-512 VNNI hands tiles of 8+ tokens to `k16`.
 
 use core::arch::x86_64::*;
 
-use super::tiles::{check_tile, row_offsets, TileArgs, TileCache, TileKey};
+use super::tiles::{check_tile, row_offsets, TileArgs};
 use crate::registry::Tile;
 use crate::scalar::act::Q8_K_BYTES;
 use crate::scalar::iq4::Path;
@@ -33,8 +36,6 @@ pub(super) trait Lattice {
     const VEC_POST: f32;
     /// The tiled path's factor on `fp16(d)`.
     const TILED_MUL: f32;
-    /// Which format (part of the decoded-tile cache key).
-    const TAG: u32;
     /// Magnitudes and sign mask of group `g`.
     ///
     /// # Safety
@@ -92,7 +93,6 @@ impl Lattice for Iq3S {
     const NSUB: usize = 8;
     const VEC_POST: f32 = 1.0;
     const TILED_MUL: f32 = 1.0;
-    const TAG: u32 = 0;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -129,7 +129,6 @@ impl Lattice for Iq2Xs {
     const NSUB: usize = 16;
     const VEC_POST: f32 = 0.125;
     const TILED_MUL: f32 = 0.125;
-    const TAG: u32 = 1;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -180,7 +179,6 @@ impl Lattice for Iq2Xxs {
     const NSUB: usize = 8;
     const VEC_POST: f32 = 0.125;
     const TILED_MUL: f32 = 0.125;
-    const TAG: u32 = 2;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -202,7 +200,6 @@ impl Lattice for Iq3Xxs {
     const NSUB: usize = 8;
     const VEC_POST: f32 = 0.25;
     const TILED_MUL: f32 = 0.25;
-    const TAG: u32 = 3;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -223,7 +220,6 @@ impl Lattice for Iq2S {
     const NSUB: usize = 16;
     const VEC_POST: f32 = 0.125;
     const TILED_MUL: f32 = 0.125;
-    const TAG: u32 = 4;
 
     #[inline(always)]
     unsafe fn group(b: *const u8, g: usize) -> (__m256i, u32) {
@@ -270,11 +266,14 @@ pub(super) struct Rows8 {
 /// The inner kernels' view of a tile (bounds checked by [`tile_imp`]).
 pub(super) type Args = TileArgs;
 
-/// Decoded tiles one thread keeps (both ISAs, told apart by [`TileKey::kind`]).
-const CACHE_BYTES: usize = 8 << 20;
+/// Rows decoded at a time by the tiled path (a multiple of 8): 64 rows of 2048 columns
+/// decode to 168 KiB, an L2 share beside the token chunk's activations.
+const SUB_ROWS: usize = 64;
 
 thread_local! {
-    static CACHE: std::cell::RefCell<TileCache<Rows8>> = const { std::cell::RefCell::new(TileCache::new(CACHE_BYTES)) };
+    /// The tiled path's decoded rows ([`decode_all`]), kept per thread between calls so that
+    /// no call allocates once it has grown to the widest row group.
+    static DECODED: core::cell::Cell<Vec<Rows8>> = const { core::cell::Cell::new(Vec::new()) };
 }
 
 /// An ISA's inner loops. Each method is a safe-to-call-only-after-[`tile_imp`]'s-checks
@@ -282,8 +281,6 @@ thread_local! {
 pub(super) trait Isa {
     /// Backend name (`"avx2"`, `"avx512vnni"`).
     const NAME: &'static str;
-    /// Distinguishes the ISA's decoded tiles in the cache.
-    const TAG: u32;
     /// Whether the CPU (and [`crate::cpu`]'s cap) allows the kernels.
     fn available() -> bool;
     /// The `vec_dot` path: rows one by one against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`).
@@ -310,19 +307,19 @@ pub(super) trait Isa {
     unsafe fn wide_rows<L: Lattice>(a: &Args) -> bool;
 }
 
-/// Every 8-row group and block of the tile decoded: `out[(r0 / 8)·nb + b]`.
+/// Every 8-row group and block of the tile decoded into `out`: `out[(r0 / 8)·nb + b]`.
 ///
 /// # Safety
 /// As [`Isa::vec_rows`].
-unsafe fn decode_all<I: Isa, L: Lattice>(a: &Args) -> Vec<Rows8> {
-    let mut out = Vec::with_capacity(a.rows.div_ceil(8) * a.nb);
+unsafe fn decode_all<I: Isa, L: Lattice>(a: &Args, out: &mut Vec<Rows8>) {
+    out.clear();
+    out.reserve(a.rows.div_ceil(8) * a.nb);
     for r0 in (0..a.rows).step_by(8) {
         let ro = row_offsets((a.rows - r0).min(8), a.w_stride);
         for b in 0..a.nb {
             out.push(I::decode_rows8::<L>(a.w.add(r0 * a.w_stride), &ro, b));
         }
     }
-    out
 }
 
 /// The tile kernel of format `L` on ISA `I`, along [`s::path`].
@@ -344,35 +341,34 @@ pub(super) fn tile_run<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride
     if tiled && wide && unsafe { I::wide_rows::<L>(&args) } {
         return;
     }
-    let groups = t.rows.div_ceil(8) * nb;
-    let raw = &t.w[..(t.rows - 1) * t.w_stride + nb * L::BYTES];
     let chunks = (0..t.tokens).step_by(TOK_CHUNK).map(|t0| (t0, (t.tokens - t0).min(TOK_CHUNK)));
-    if tiled && CACHE.with(|c| c.borrow().fits(raw.len(), groups)) {
-        let key = TileKey { addr: raw.as_ptr() as usize, rows: t.rows, stride: t.w_stride, kind: I::TAG << 8 | L::TAG };
-        CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            // SAFETY: `check_tile` verified that every weight row (`nb` blocks) is in bounds
-            // and that the CPU has the ISA's features.
-            let dec = c.get_or_decode(key, raw, || unsafe { decode_all::<I, L>(&args) });
-            for (t0, nt) in chunks {
-                // SAFETY: as below; `dec` holds every group and block of this tile.
-                unsafe { I::tiled_rows::<L>(&args, t0, nt, Some(dec)) };
+    if tiled {
+        // Weights-stationary: each group of `SUB_ROWS` rows decoded once into a per-thread
+        // buffer (a few hundred KiB at most, reused between calls), then run against every
+        // token chunk of the tile — no row's decoding repeats within a tile, and nothing
+        // decoded outlives the call.
+        let mut dec = DECODED.with(|c| c.take());
+        for r0 in (0..t.rows).step_by(SUB_ROWS) {
+            let nr = SUB_ROWS.min(t.rows - r0);
+            // SAFETY: rows `r0..r0+nr` of the checked tile and their outputs (`check_tile`
+            // verified every row's `nb` blocks, every activation row and output), the CPU
+            // has the ISA's features; `dec` is decoded from exactly these rows.
+            unsafe {
+                let sub = Args { w: args.w.add(r0 * t.w_stride), rows: nr, y: args.y.add(r0), ..args };
+                decode_all::<I, L>(&sub, &mut dec);
+                for (t0, nt) in chunks.clone() {
+                    I::tiled_rows::<L>(&sub, t0, nt, Some(&dec));
+                }
             }
-        });
+        }
+        DECODED.with(|c| c.set(dec));
         return;
     }
     for (t0, nt) in chunks {
         // SAFETY: `check_tile` verified that every weight row (`nb` blocks), activation row
         // (`nb` Q8_K blocks) and output the kernels touch is in bounds, and that the CPU
-        // has the features; the kernels read rows `0..rows` (8-row groups repeat the last
-        // row instead of reading past it) and tokens `t0..t0+nt`.
-        unsafe {
-            if tiled {
-                I::tiled_rows::<L>(&args, t0, nt, None);
-            } else {
-                I::vec_rows::<L>(&args, t0, nt);
-            }
-        }
+        // has the features; the kernels read rows `0..rows` and tokens `t0..t0+nt`.
+        unsafe { I::vec_rows::<L>(&args, t0, nt) };
     }
 }
 
@@ -380,13 +376,12 @@ pub(super) fn tile_run<I: Isa, L: Lattice>(t: &Tile<'_>, y: &mut [f32], y_stride
 /// `decode_rows8` and `tiled_rows`), the tile and `vec_dot` functions of the five formats, and
 /// their registrations.
 macro_rules! lattice_kernels {
-    ($isa:ident, $name:literal, $tag:expr, $available:path, $priority:expr, $tile_tokens:expr) => {
+    ($isa:ident, $name:literal, $available:path, $priority:expr, $tile_tokens:expr) => {
         /// This ISA's inner loops of the lattice kernels.
         pub(super) struct $isa;
 
         impl crate::arch::x86_64::lattice::Isa for $isa {
             const NAME: &'static str = $name;
-            const TAG: u32 = $tag;
             fn available() -> bool {
                 $available()
             }

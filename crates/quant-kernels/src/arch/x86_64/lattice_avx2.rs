@@ -18,7 +18,7 @@ use super::lattice::{lattice_kernels, Args, Lattice, Rows8, TOK_CHUNK};
 use super::tiles::{f16_at, hsum_float_8, row_offsets, store_n, transpose8};
 use crate::scalar::act::Q8_K_BYTES;
 
-lattice_kernels!(Avx2, "avx2", 1, has_avx2, 10, 0);
+lattice_kernels!(Avx2, "avx2", has_avx2, 10, crate::registry::ALL_TOKENS);
 
 /// The 32-bit sign mask as bytes: `0xFF` where bit `e` is set.
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -25,7 +25,7 @@ use super::tiles::{f16_at, hsum_float_8, row_offsets, store_n, transpose8};
 use super::vnni::has_vnni;
 use crate::scalar::act::Q8_K_BYTES;
 
-lattice_kernels!(Vnni, "avx512vnni", 2, has_vnni, 20, super::vnni::K_TILE_TOKENS);
+lattice_kernels!(Vnni, "avx512vnni", has_vnni, 20, super::vnni::K_TILE_TOKENS);
 
 /// The `vec_dot` path: rows one by one against tokens `t0..t0+nt` (`nt ≤ TOK_CHUNK`).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]

@@ -1,7 +1,7 @@
 //! What the x86 tile kernels of every ISA share: the one bounds check ([`check_tile`]),
 //! `vec_dot` as a 1 × 1 tile ([`dot_via_tile`]), 8-row groups ([`row_offsets`],
-//! [`store_n`], [`transpose8`]), ggml's horizontal sums and a per-thread cache of decoded
-//! weight tiles ([`TileCache`], safe and generic over what a kernel decodes to).
+//! [`store_n`], [`transpose8`]), ggml's horizontal sums and the one-token kernels'
+//! prefetch helpers.
 //!
 //! The SIMD helpers here are `#[inline(always)]` and use AVX2 / FMA / F16C only: they are
 //! called from kernels compiled with at least those features (the AVX2 and the AVX-512
@@ -201,73 +201,6 @@ pub(super) unsafe fn load256(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
-/// What identifies a cached tile besides its bytes: the weight address, rows, row stride,
-/// and which kernel decoded it (a tag per ISA and format).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct TileKey {
-    /// Address of the tile's first weight byte.
-    pub addr: usize,
-    /// Weight rows.
-    pub rows: usize,
-    /// Bytes from one row to the next.
-    pub stride: usize,
-    /// The decoder (ISA and format).
-    pub kind: u32,
-}
-
-/// One cached tile: its key, a copy of its weight bytes and what they decoded to.
-struct Entry<D> {
-    key: TileKey,
-    raw: Vec<u8>,
-    dec: Vec<D>,
-}
-
-impl<D> Entry<D> {
-    fn bytes(&self) -> usize {
-        self.raw.len() + self.dec.len() * core::mem::size_of::<D>()
-    }
-}
-
-/// Decoded weight tiles kept by one thread (in a `thread_local!`): `matmul` runs the same
-/// row tile once per token block, and decoding an IQ block can cost as much as its
-/// products with those tokens. An entry is returned only if the tile's bytes equal the
-/// copy kept with it (compared in full), so a reused address never yields stale codes;
-/// the oldest entries go first when the budget is exceeded.
-pub(super) struct TileCache<D> {
-    entries: Vec<Entry<D>>,
-    budget: usize,
-}
-
-impl<D> TileCache<D> {
-    /// An empty cache that keeps at most `budget` bytes (copies plus decoded data).
-    pub const fn new(budget: usize) -> Self {
-        TileCache { entries: Vec::new(), budget }
-    }
-
-    /// Whether a tile of `raw` weight bytes decoding to `units` values of `D` may be cached.
-    pub fn fits(&self, raw: usize, units: usize) -> bool {
-        raw + units * core::mem::size_of::<D>() <= self.budget
-    }
-
-    /// The decoded tile of `raw` under `key`: the cached one when its copy equals `raw`,
-    /// else `decode()`, kept (evicting the oldest entries past the budget).
-    pub fn get_or_decode(&mut self, key: TileKey, raw: &[u8], decode: impl FnOnce() -> Vec<D>) -> &[D] {
-        let i = match self.entries.iter().position(|e| e.key == key && e.raw[..] == raw[..]) {
-            Some(i) => i,
-            None => {
-                let e = Entry { key, raw: raw.to_vec(), dec: decode() };
-                let mut total = e.bytes() + self.entries.iter().map(Entry::bytes).sum::<usize>();
-                while total > self.budget && !self.entries.is_empty() {
-                    total -= self.entries.remove(0).bytes();
-                }
-                self.entries.push(e);
-                self.entries.len() - 1
-            }
-        };
-        &self.entries[i].dec
-    }
-}
-
 /// A software prefetch stream one group of rows ahead of a one-token kernel: the group
 /// after the one being read is prefetched at the rate the group is read (`advance` by the
 /// bytes a block step consumes), one sequential stream whatever the row length — where
@@ -326,40 +259,5 @@ impl Ahead {
             _mm_prefetch::<_MM_HINT_T1>(self.p as *const i8);
             self.p = self.p.wrapping_add(64);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(addr: usize) -> TileKey {
-        TileKey { addr, rows: 1, stride: 4, kind: 7 }
-    }
-
-    #[test]
-    fn cache_hits_only_on_equal_bytes_and_evicts_oldest() {
-        let mut c = TileCache::<u64>::new(64);
-        let calls = std::cell::Cell::new(0);
-        let mut get = |k: TileKey, raw: &[u8], v: u64| {
-            c.get_or_decode(k, raw, || {
-                calls.set(calls.get() + 1);
-                vec![v; 2]
-            })
-            .to_vec()
-        };
-        assert_eq!(get(key(1), &[1, 2, 3, 4], 10), [10, 10]);
-        // Same key and bytes: cached.
-        assert_eq!(get(key(1), &[1, 2, 3, 4], 11), [10, 10]);
-        // Same key, other bytes (a reused address): decoded again.
-        assert_eq!(get(key(1), &[1, 2, 3, 5], 12), [12, 12]);
-        // Other kind, same bytes: decoded again.
-        assert_eq!(get(TileKey { kind: 8, ..key(1) }, &[1, 2, 3, 5], 13), [13, 13]);
-        assert_eq!(calls.get(), 3);
-        // 3 entries of 4 + 16 bytes fit in 64; a fourth evicts the oldest.
-        assert_eq!(get(key(2), &[0; 4], 14), [14, 14]);
-        assert_eq!(c.entries.len(), 3);
-        assert!(c.entries.iter().all(|e| e.key != key(1) || e.raw != [1, 2, 3, 4]));
-        assert!(c.fits(32, 4) && !c.fits(33, 4));
     }
 }
