@@ -401,13 +401,13 @@ fn split(pool: &Pool, mode: Mode, rows: usize, n_tokens: usize, shape: Shape, y:
             2..=8 => rows.div_ceil(nth * ROWWISE_TILES_PER_THREAD).next_multiple_of(16).clamp(16, 1024).min(rows),
             _ => rb.min((ROW_TILE_BYTES / w_row_bytes.max(1)).clamp(16, 1024) / 16 * 16),
         };
-        return split_rows(pool, rows, n_tokens, rb, y, tile);
+        return split_rows(pool, rows, n_tokens, rb, w_row_bytes, y, tile);
     }
     if n_tokens < TOKEN_SPLIT_FROM {
-        return split_rows(pool, rows, n_tokens, rb, y, tile);
+        return split_rows(pool, rows, n_tokens, rb, w_row_bytes, y, tile);
     }
     if tile_tokens == crate::registry::ALL_TOKENS {
-        return split_rows(pool, rows, n_tokens, rb, y, tile);
+        return split_rows(pool, rows, n_tokens, rb, w_row_bytes, y, tile);
     }
     if tile_tokens > 0 {
         // The kernel's shape: all rows, up to `tile_tokens` tokens per tile, whole
@@ -457,30 +457,43 @@ fn split(pool: &Pool, mode: Mode, rows: usize, n_tokens: usize, shape: Shape, y:
 /// q4_K matrix at 16.4–16.8 GB/s and 2048 × 2048 at 20.3 GB/s; one block per thread at
 /// 19.6–19.8 and 22.3–22.8 — but a thread waiting for the other at the end of every
 /// product cost as much in the model (qwen3-1.7b Q4_K_M decode −6 %).
+///
+/// A claim takes at least [`CLAIM_MIN_BYTES`] of weights, and each range sits on a cache
+/// line of its own: a small model's products are a few hundred KiB, where halving down to
+/// 16 rows made most claims (and their locks, which the threads' cache lines bounced
+/// between the cores) cost more than their rows (Zen 5 VM, SmolLM2 decode `-t 2`: Q4_0
+/// 385 → 446 t/s, IQ2_XS 310 → 338; llama-1b level).
 struct Ranges {
-    ranges: Vec<Mutex<(usize, usize)>>,
+    ranges: Vec<Slot>,
+    /// The fewest rows a claim takes (a multiple of 16).
+    min_rows: usize,
 }
 
+/// A range on a cache line of its own: the threads claim from their own range without
+/// pulling each other's lines.
+#[repr(align(128))]
+struct Slot(Mutex<(usize, usize)>);
+
 impl Ranges {
-    fn new(rows: usize, nth: usize) -> Ranges {
+    fn new(rows: usize, nth: usize, min_rows: usize) -> Ranges {
         let nth = nth.max(1);
         let per = rows.div_ceil(nth).next_multiple_of(16);
-        let ranges = (0..nth).map(|i| Mutex::new(((i * per).min(rows), ((i + 1) * per).min(rows)))).collect();
-        Ranges { ranges }
+        let ranges = (0..nth).map(|i| Slot(Mutex::new(((i * per).min(rows), ((i + 1) * per).min(rows))))).collect();
+        Ranges { ranges, min_rows: min_rows.next_multiple_of(16).max(16) }
     }
 
     fn lock(&self, i: usize) -> std::sync::MutexGuard<'_, (usize, usize)> {
-        self.ranges[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.ranges[i].0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The front half of what is left of range `i` (at least 16 rows).
+    /// The front half of what is left of range `i` (at least `min_rows` rows).
     fn claim(&self, i: usize) -> Option<(usize, usize)> {
         let mut r = self.lock(i);
         let (front, back) = *r;
         if front >= back {
             return None;
         }
-        let end = (front + (back - front).div_ceil(2)).next_multiple_of(16).min(back);
+        let end = (front + (back - front).div_ceil(2).max(self.min_rows)).next_multiple_of(16).min(back);
         r.0 = end;
         Some((front, end - front))
     }
@@ -510,28 +523,41 @@ impl Ranges {
     }
 }
 
+/// The fewest weight bytes a one-token claim of [`Ranges`] takes.
+const CLAIM_MIN_BYTES: usize = 256 << 10;
+
 /// [`split`] by blocks of `rb` rows (a multiple of 16, or all rows), all tokens per block;
 /// one token by [`Ranges`].
-fn split_rows(pool: &Pool, rows: usize, n_tokens: usize, rb: usize, y: &mut [f32], tile: &TileClosure<'_>) {
+fn split_rows(
+    pool: &Pool,
+    rows: usize,
+    n_tokens: usize,
+    rb: usize,
+    w_row_bytes: usize,
+    y: &mut [f32],
+    tile: &TileClosure<'_>,
+) {
     if n_tokens == 1 {
         let nth = pool.n_threads();
-        let ranges = Ranges::new(rows, nth);
+        let ranges = Ranges::new(rows, nth, CLAIM_MIN_BYTES / w_row_bytes.max(1));
         let y = Mutex::new(&mut y[..rows]);
-        let run = |(r0, nr): (usize, usize)| {
-            let mut out = vec![0f32; nr];
-            tile(r0, nr, 0, 1, &mut out, nr);
-            y.lock().unwrap_or_else(|e| e.into_inner())[r0..r0 + nr].copy_from_slice(&out);
+        let run = |(r0, nr): (usize, usize), out: &mut Vec<f32>| {
+            out.clear();
+            out.resize(nr, 0.0);
+            tile(r0, nr, 0, 1, out, nr);
+            y.lock().unwrap_or_else(|e| e.into_inner())[r0..r0 + nr].copy_from_slice(out);
         };
         // Items `0..nth` own a range each, then steal; the other `nth` only steal (a
         // thread that arrives after the others took every range still helps).
         pool.for_each(2 * nth, &|i| {
+            let mut out = Vec::new();
             if i < nth {
                 while let Some(b) = ranges.claim(i) {
-                    run(b);
+                    run(b, &mut out);
                 }
             }
             while let Some(b) = ranges.steal() {
-                run(b);
+                run(b, &mut out);
             }
         });
         return;
@@ -568,8 +594,8 @@ mod range_tests {
         let mut seed = 7u32;
         for nth in [1, 2, 3, 4, 8] {
             for rows in [1, 8, 15, 16, 17, 100, 512, 576, 2048, 2056, 8192, 128_256] {
-                for _ in 0..20 {
-                    let r = Ranges::new(rows, nth);
+                for k in 0..20 {
+                    let r = Ranges::new(rows, nth, [0, 16, 40, 300][k % 4]);
                     let mut seen = vec![false; rows];
                     let mut next_of: Vec<Option<usize>> = (0..nth).map(|_| None).collect();
                     loop {
