@@ -51,7 +51,7 @@ mod rowdot;
 pub mod scalar;
 
 pub use error::Error;
-pub use matmul::{matmul, matmul_expert, matmul_rowwise, tile_by_vec_dot, Matrix, Repacked};
+pub use matmul::{matmul, matmul_expert, matmul_rowwise, matmul_rowwise_group, tile_by_vec_dot, Matrix, Repacked};
 pub use pool::{Pool, MAX_THREADS};
 pub use registry::{kernel_info, registry_problems, Kernel, Repack, Tile};
 pub use rowdot::{quantize_row, ActRow};

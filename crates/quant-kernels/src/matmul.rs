@@ -214,6 +214,100 @@ pub fn matmul_rowwise(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y
     matmul_imp(pool, w, x, n_tokens, y, Mode::Rowwise)
 }
 
+/// One token through several matrices of the same width (a layer's Q, K and V, its gate
+/// and up): `ys[i] = W_i · x`, each output bitwise equal to its own one-token
+/// [`matmul_rowwise`] — the same kernels and activations, only scheduled as one job over
+/// all of the matrices' rows (one [`Ranges`] split of their concatenation), so the pool
+/// is woken once and the small matrices do not each pay a job's start and end.
+/// Matrices without a kernel, or a row count (but the last's) not a multiple of 16, run
+/// one by one.
+pub fn matmul_rowwise_group(pool: &Pool, ws: &[Matrix<'_>], x: &[f32], ys: &mut [&mut [f32]]) -> Result<(), Error> {
+    if ws.len() != ys.len() {
+        return Err(Error::SizeMismatch { what: "outputs of a grouped product", expected: ws.len(), found: ys.len() });
+    }
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        check_lengths(w.rows, w.cols, x, 1, y)?;
+    }
+    let paths = ws.iter().map(path_for).collect::<Result<Vec<_>, _>>()?;
+    let groupable = ws.len() > 1
+        && ws.iter().all(|w| w.cols > 0 && w.rows > 0)
+        && ws[..ws.len() - 1].iter().all(|w| w.rows.is_multiple_of(16))
+        && paths.iter().all(|p| matches!(p, Path::Kernel { .. }));
+    if !groupable {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            matmul_rowwise(pool, w, x, 1, y)?;
+        }
+        return Ok(());
+    }
+    // Each matrix's activations (by its kernel's type) and tile, as `run_path` builds them.
+    let mut acts: Vec<Vec<u8>> = Vec::with_capacity(ws.len());
+    for (w, p) in ws.iter().zip(&paths) {
+        let Path::Kernel { k: _, act, quantize } = *p else { unreachable!("checked above") };
+        if let Some(owner) = w.repacked.filter(|o| o.vec_dot_type != act.id) {
+            return Err(Error::NoActivationQuantizer { type_name: w.traits.name, vec_dot_type: owner.vec_dot_type });
+        }
+        let act_row = act.row_size(w.cols).map_err(|_| Error::NotWholeBlocks {
+            type_name: act.name,
+            cols: w.cols,
+            block_size: act.block_size,
+        })?;
+        let mut xq = vec![0u8; act_row];
+        quantize(x, &mut xq);
+        acts.push(xq);
+    }
+    let tiles: Vec<Box<TileClosure<'_>>> = ws
+        .iter()
+        .zip(&paths)
+        .zip(&acts)
+        .map(|((w, p), xq)| {
+            let Path::Kernel { k, .. } = *p else { unreachable!("checked above") };
+            let f: Box<TileClosure<'_>> = Box::new(move |r0, nr, _t0, _nt, out: &mut [f32], ys| {
+                let t = Tile {
+                    n: w.cols,
+                    w: &w.data[r0 * w.row_bytes..(r0 + nr) * w.row_bytes],
+                    w_stride: w.row_bytes,
+                    rows: nr,
+                    x: xq,
+                    x_stride: xq.len(),
+                    tokens: 1,
+                    batched: 0,
+                    total_tokens: 1,
+                    total_rows: w.rows,
+                    expert: false,
+                };
+                run_tile(w, k, &t, out, ys);
+            });
+            f
+        })
+        .collect();
+    // Global row `g` is matrix `i`'s row `g - starts[i]`.
+    let mut starts = Vec::with_capacity(ws.len() + 1);
+    let mut total = 0;
+    for w in ws {
+        starts.push(total);
+        total += w.rows;
+    }
+    starts.push(total);
+    let bytes: usize = ws.iter().map(|w| w.rows * w.row_bytes).sum();
+    let nth = pool.n_threads();
+    let ranges = Ranges::new(total, nth, CLAIM_MIN_BYTES / (bytes / total).max(1));
+    let ys = Mutex::new(ys);
+    let run = |(g0, n): (usize, usize), out: &mut Vec<f32>| {
+        let mut g = g0;
+        while g < g0 + n {
+            let i = starts.partition_point(|&s| s <= g) - 1;
+            let (r0, nr) = (g - starts[i], (g0 + n).min(starts[i + 1]) - g);
+            out.clear();
+            out.resize(nr, 0.0);
+            tiles[i](r0, nr, 0, 1, out, nr);
+            ys.lock().unwrap_or_else(|e| e.into_inner())[i][r0..r0 + nr].copy_from_slice(out);
+            g += nr;
+        }
+    };
+    ranges.run(pool, &run);
+    Ok(())
+}
+
 /// Checks `x` (`n_tokens × cols`) and `y` (`n_tokens × rows`).
 fn check_lengths(rows: usize, cols: usize, x: &[f32], n_tokens: usize, y: &[f32]) -> Result<(), Error> {
     let x_len = n_tokens.checked_mul(cols).ok_or(Error::Overflow { what: "activation length (n_tokens × cols)" })?;
@@ -309,11 +403,7 @@ fn run_path(
                     total_rows: rows,
                     expert,
                 };
-                match (w.repacked.and_then(|o| o.repack.as_ref()), k.tile) {
-                    (Some(r), _) => (r.tile)(&t, out, ys),
-                    (None, Some(f)) => f(&t, out, ys),
-                    (None, None) => tile_by_vec_dot(k.vec_dot, &t, out, ys),
-                }
+                run_tile(w, k, &t, out, ys);
             };
             let shape = Shape { act_row_bytes: act_row, w_row_bytes: w.row_bytes, tile_tokens: k.tile_tokens };
             split(pool, mode, rows, n_tokens, shape, y, &tile);
@@ -362,6 +452,16 @@ fn quantize_acts(pool: &Pool, quantize: fn(&[f32], &mut [u8]), x: &[f32], cols: 
         return run(0, xq);
     }
     pool.for_rows(xq, act_row, &run);
+}
+
+/// Tile `t` of `w` through kernel `k`: the layout's own tile for a repacked matrix, else
+/// the kernel's tile, else its `vec_dot` output by output.
+fn run_tile(w: &Matrix<'_>, k: &Kernel, t: &Tile<'_>, out: &mut [f32], ys: usize) {
+    match (w.repacked.and_then(|o| o.repack.as_ref()), k.tile) {
+        (Some(r), _) => (r.tile)(t, out, ys),
+        (None, Some(f)) => f(t, out, ys),
+        (None, None) => tile_by_vec_dot(k.vec_dot, t, out, ys),
+    }
 }
 
 /// `tile(r0, nr, t0, nt, out, out_stride)`: rows `r0..r0+nr` × tokens `t0..t0+nt` into
@@ -469,6 +569,9 @@ struct Ranges {
     min_rows: usize,
 }
 
+/// `run((first row, rows), output buffer)` of one claimed block ([`Ranges::run`]).
+type BlockRun<'a> = dyn Fn((usize, usize), &mut Vec<f32>) + Sync + 'a;
+
 /// A range on a cache line of its own: the threads claim from their own range without
 /// pulling each other's lines.
 #[repr(align(128))]
@@ -496,6 +599,24 @@ impl Ranges {
         let end = (front + (back - front).div_ceil(2).max(self.min_rows)).next_multiple_of(16).min(back);
         r.0 = end;
         Some((front, end - front))
+    }
+
+    /// `run(block, buffer)` for every block, on `pool`: items `0..nth` own a range each,
+    /// then steal; the other `nth` only steal (a thread that arrives after the others took
+    /// every range still helps). Each item keeps one output buffer for its blocks.
+    fn run(&self, pool: &Pool, run: &BlockRun<'_>) {
+        let nth = self.ranges.len();
+        pool.for_each(2 * nth, &|i| {
+            let mut out = Vec::new();
+            if i < nth {
+                while let Some(b) = self.claim(i) {
+                    run(b, &mut out);
+                }
+            }
+            while let Some(b) = self.steal() {
+                run(b, &mut out);
+            }
+        });
     }
 
     /// The back half of the fullest range left (at least 16 rows).
@@ -547,19 +668,7 @@ fn split_rows(
             tile(r0, nr, 0, 1, out, nr);
             y.lock().unwrap_or_else(|e| e.into_inner())[r0..r0 + nr].copy_from_slice(out);
         };
-        // Items `0..nth` own a range each, then steal; the other `nth` only steal (a
-        // thread that arrives after the others took every range still helps).
-        pool.for_each(2 * nth, &|i| {
-            let mut out = Vec::new();
-            if i < nth {
-                while let Some(b) = ranges.claim(i) {
-                    run(b, &mut out);
-                }
-            }
-            while let Some(b) = ranges.steal() {
-                run(b, &mut out);
-            }
-        });
+        ranges.run(pool, &run);
         return;
     }
     let n_items = rows.div_ceil(rb);

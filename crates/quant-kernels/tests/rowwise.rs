@@ -89,3 +89,52 @@ fn rowwise_every_token_count() {
         }
     }
 }
+
+/// `matmul_rowwise_group`: each matrix's outputs bit-identical to its own one-token
+/// `matmul_rowwise`, for groups of mixed types, repacked layouts, row counts that end
+/// inside a claim, and the fallbacks (a row count not a multiple of 16, no kernel).
+#[test]
+fn grouped_one_token_products_equal_their_own() {
+    let cols = 512;
+    let mut s = 11u64;
+    let names = ["q4_0", "q8_0", "q4_K", "q6_K", "iq4_nl", "iq2_xxs", "f16", "q5_1"];
+    let mut data = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let t = ggml_quants::by_name(name).unwrap();
+        let rows = [48usize, 16, 160, 32, 64, 80, 16, 7][i];
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng(&mut s)).collect();
+        let ones = vec![1f32; cols];
+        let wq = t.quantize_to_vec(&w, cols, None).or_else(|_| t.quantize_to_vec(&w, cols, Some(&ones))).unwrap();
+        data.push((t.id, rows, wq));
+    }
+    let mats: Vec<Matrix<'_>> = data.iter().map(|(id, rows, wq)| Matrix::new(*id, wq, *rows, cols).unwrap()).collect();
+    let reps: Vec<Option<Repacked>> = mats.iter().map(Repacked::new).collect();
+    let views: Vec<Matrix<'_>> =
+        mats.iter().zip(&reps).map(|(m, r)| r.as_ref().map(|r| r.matrix()).unwrap_or(*m)).collect();
+    let x: Vec<f32> = (0..cols).map(|_| rng(&mut s)).collect();
+    for threads in [1, 2, 3] {
+        let pool = Pool::new(threads);
+        // every contiguous group of two or more (the last one's 7 rows: a fallback)
+        for a in 0..views.len() {
+            for b in a + 2..=views.len() {
+                for set in [&mats[a..b], &views[a..b]] {
+                    let mut outs: Vec<Vec<f32>> = set.iter().map(|m| vec![f32::NAN; m.rows()]).collect();
+                    let mut ys: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+                    quant_kernels::matmul_rowwise_group(&pool, set, &x, &mut ys).unwrap();
+                    for (m, y) in set.iter().zip(&outs) {
+                        let mut want = vec![f32::NAN; m.rows()];
+                        matmul_rowwise(&pool, m, &x, 1, &mut want).unwrap();
+                        let bad = y.iter().zip(&want).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+                        assert_eq!(bad, 0, "group {a}..{b}, {threads} threads, {} rows: {bad} differ", m.rows());
+                    }
+                }
+            }
+        }
+        // lengths are checked
+        let mut short = [0f32; 3];
+        let mut ok = vec![0f32; mats[1].rows()];
+        let mut ys: Vec<&mut [f32]> = vec![&mut ok[..], &mut short[..]];
+        assert!(quant_kernels::matmul_rowwise_group(&pool, &mats[1..3], &x, &mut ys).is_err());
+        assert!(quant_kernels::matmul_rowwise_group(&pool, &mats[1..3], &x, &mut ys[..1]).is_err());
+    }
+}

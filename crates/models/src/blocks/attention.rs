@@ -234,14 +234,13 @@ impl Attention {
     fn qkv(&self, pass: &Pass<'_>, h: &[f32], sc: &mut AttentionScratch) -> Result<()> {
         let AttentionScratch { q, k, v, o, .. } = sc;
         let Some(f) = &self.wqkv else {
-            self.wq.forward(pass, h, q)?;
-            self.wk.forward(pass, h, k)?;
             if self.v_from_k {
+                Linear::forward_group(pass, h, &mut [(&self.wq, q), (&self.wk, k)])?;
                 v.clear();
                 v.extend_from_slice(k);
                 return Ok(());
             }
-            return self.wv.forward(pass, h, v);
+            return Linear::forward_group(pass, h, &mut [(&self.wq, q), (&self.wk, k), (&self.wv, v)]);
         };
         f.forward(pass, h, o)?;
         let (qd, kd, vd) = (self.wq.rows(), self.wk.rows(), self.wv.rows());

@@ -170,8 +170,7 @@ impl GatedFfn {
                 up[r * ff..(r + 1) * ff].copy_from_slice(&row[ff..]);
             }
         } else {
-            self.gate.forward(pass, h, gate)?;
-            self.up.forward(pass, h, up)?;
+            Linear::forward_group(pass, h, &mut [(&self.gate, gate), (&self.up, up)])?;
         }
         dump(&format!("ffn_gate-{il}"), gate);
         dump(&format!("ffn_up-{il}"), up);

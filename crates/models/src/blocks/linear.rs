@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gguf_format::SplitGguf;
-use quant_kernels::{matmul, matmul_rowwise, ops, Matrix, Repacked};
+use quant_kernels::{matmul, matmul_rowwise, matmul_rowwise_group, ops, Matrix, Repacked};
 
 use super::{add_bias, Pass};
 use crate::loader::{Loader, TensorRef};
@@ -167,6 +167,34 @@ impl Linear {
         }
         for &(r0, n) in rows.multi() {
             matmul(pass.pool, &m, &x[r0 * c..(r0 + n) * c], n, &mut y[r0 * r..(r0 + n) * r])?;
+        }
+        Ok(())
+    }
+
+    /// [`Linear::forward`] of several layers that read the same `x` (a layer's Q, K and V,
+    /// its gate and up), the same results: a pass of one token runs them as one product
+    /// over all of their rows ([`matmul_rowwise_group`]), others one by one.
+    pub fn forward_group(pass: &Pass<'_>, x: &[f32], items: &mut [(&Linear, &mut Vec<f32>)]) -> Result<()> {
+        if pass.rows.n_rows() != 1 || pass.rows.n_single() != 1 || items.len() < 2 {
+            for (l, y) in items.iter_mut() {
+                l.forward(pass, x, y)?;
+            }
+            return Ok(());
+        }
+        let mut ms = Vec::with_capacity(items.len());
+        for (l, y) in items.iter_mut() {
+            if let Some(o) = pass.observer {
+                o.matmul(&l.weight.name, x, 1);
+            }
+            let m = l.matrix()?;
+            y.resize(m.rows(), 0.0);
+            ms.push(m);
+        }
+        let c = ms[0].cols();
+        let mut ys: Vec<&mut [f32]> = items.iter_mut().map(|(_, y)| &mut y[..]).collect();
+        matmul_rowwise_group(pass.pool, &ms, &x[..c], &mut ys)?;
+        for (l, y) in items.iter_mut() {
+            add_bias(y, l.bias());
         }
         Ok(())
     }
