@@ -443,12 +443,16 @@ macro_rules! legacy_tile {
             // T0 request holds an L1 fill buffer for the whole DRAM round trip.
             // A thread streaming alone wants the next pair further ahead: on a Zen 5 VM,
             // q8_0 beyond the caches at one thread 73–77 % of the stream loop 8 KiB ahead
-            // against 55–63 % two rows (4352 B) ahead; at two threads two rows stay best
-            // (79–86 % against 75–82 %).
+            // against 55–63 % two rows (4352 B) ahead. At two threads (session 30, another
+            // Zen 5 VM) two rows ahead read 72–74 %, 9 KiB ahead 83–85 % (2048 columns;
+            // 5–8 KiB 67–79 %, 10–13 KiB 73–79 %, a distance of exactly 2 or 4 rows among
+            // the worst), and a wide row wants a row and 3–4 KiB more (8192 columns: 8 KiB
+            // 46 %, 12–24 KiB 74–75 %, two rows 74 %); q5_0 51 → 58 %, llama-1b Q8_0's
+            // products 68–71 → 78 %.
             let pf = if crate::pool::job_threads() == 1 {
                 (2 * w_stride).max(8192)
             } else {
-                (8 * w_stride).min(4096).max(2 * w_stride)
+                (w_stride + 4096).max(9216)
             };
             for r in (0..rows / 2).map(|i| 2 * i) {
                 let w0 = w.add(r * w_stride);
