@@ -217,7 +217,7 @@ pub fn matmul_rowwise(pool: &Pool, w: &Matrix<'_>, x: &[f32], n_tokens: usize, y
 /// One token through several matrices of the same width (a layer's Q, K and V, its gate
 /// and up): `ys[i] = W_i · x`, each output bitwise equal to its own one-token
 /// [`matmul_rowwise`] — the same kernels and activations, only scheduled as one job over
-/// all of the matrices' rows (one [`Ranges`] split of their concatenation), so the pool
+/// all of the matrices' rows (one split of their concatenation, as a one-token product's), so the pool
 /// is woken once and the small matrices do not each pay a job's start and end.
 /// Matrices without a kernel, or a row count (but the last's) not a multiple of 16, run
 /// one by one.

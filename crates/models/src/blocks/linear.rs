@@ -175,7 +175,8 @@ impl Linear {
     /// its gate and up), the same results: a pass of one token runs them as one product
     /// over all of their rows ([`matmul_rowwise_group`]), others one by one.
     pub fn forward_group(pass: &Pass<'_>, x: &[f32], items: &mut [(&Linear, &mut Vec<f32>)]) -> Result<()> {
-        if pass.rows.n_rows() != 1 || pass.rows.n_single() != 1 || items.len() < 2 {
+        let one_width = items.windows(2).all(|p| p[0].0.cols() == p[1].0.cols());
+        if pass.rows.n_rows() != 1 || pass.rows.n_single() != 1 || items.len() < 2 || !one_width {
             for (l, y) in items.iter_mut() {
                 l.forward(pass, x, y)?;
             }

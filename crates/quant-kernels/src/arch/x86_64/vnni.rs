@@ -449,11 +449,8 @@ macro_rules! legacy_tile {
             // the worst), and a wide row wants a row and 3–4 KiB more (8192 columns: 8 KiB
             // 46 %, 12–24 KiB 74–75 %, two rows 74 %); q5_0 51 → 58 %, llama-1b Q8_0's
             // products 68–71 → 78 %.
-            let pf = if crate::pool::job_threads() == 1 {
-                (2 * w_stride).max(8192)
-            } else {
-                (w_stride + 4096).max(9216)
-            };
+            let pf =
+                if crate::pool::job_threads() == 1 { (2 * w_stride).max(8192) } else { (w_stride + 4096).max(9216) };
             for r in (0..rows / 2).map(|i| 2 * i) {
                 let w0 = w.add(r * w_stride);
                 let w1 = w0.add(w_stride);
