@@ -83,6 +83,9 @@ struct Side {
     dram: Vec<f64>,
     /// Ours: decode's share of the same loop over the weights' own pages, per round.
     pages: Vec<f64>,
+    /// Ours: decode tokens' median share of a pass over the weights' pages right after each,
+    /// per round.
+    paired: Vec<f64>,
     /// Ours: `type: kernel path` of each weight type.
     kernels: String,
 }
@@ -180,6 +183,8 @@ struct OursRound {
     rss: u64,
     dram_fraction: f64,
     pages_fraction: f64,
+    /// Decode tokens' median share of a read pass over the weights' pages right after each.
+    paired: f64,
     kernels: String,
 }
 
@@ -215,6 +220,7 @@ fn ours_round(bin: &Path, model: &Path, o: &BenchOpts, dram: bool) -> Result<Our
         results.iter().find(|r| r["n_prompt"].as_u64() == Some(0)).and_then(|r| r[key].as_f64()).unwrap_or(f64::NAN)
     };
     let (dram_fraction, pages_fraction) = (gen_result("dram_bound_fraction"), gen_result("weights_bound_fraction"));
+    let paired = gen_result("weights_bound_fraction_paired");
     let kernels = v["weights"]["types"]
         .as_array()
         .map(|ts| {
@@ -224,7 +230,7 @@ fn ours_round(bin: &Path, model: &Path, o: &BenchOpts, dram: bool) -> Result<Our
                 .join("; ")
         })
         .unwrap_or_default();
-    Ok(OursRound { pp, tg, load_ms, rss, dram_fraction, pages_fraction, kernels })
+    Ok(OursRound { pp, tg, load_ms, rss, dram_fraction, pages_fraction, paired, kernels })
 }
 
 /// llama.cpp's load time: model + a context for pp + tg, through libllama.
@@ -308,13 +314,15 @@ pub fn run(cache: &Path, o: &BenchOpts) -> Result<()> {
             match ours_round(bin, &t.path, o, true) {
                 Ok(r) => {
                     eprintln!(
-                        "  DRAM-bound run: tg {:.2} t/s, {:.0} % of the read bound, {:.0} % of the weights' pages' bound",
+                        "  DRAM-bound run: tg {:.2} t/s, {:.0} % of the read bound, {:.0} % of the weights' pages' bound, tokens against a pass after each {:.0} %",
                         r.tg,
                         r.dram_fraction * 100.0,
-                        r.pages_fraction * 100.0
+                        r.pages_fraction * 100.0,
+                        r.paired * 100.0
                     );
                     ours.dram.push(r.dram_fraction);
                     ours.pages.push(r.pages_fraction);
+                    ours.paired.push(r.paired);
                 }
                 Err(e) => eprintln!("  DRAM-bound run failed: {e:#}"),
             }
@@ -348,7 +356,7 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
         s,
         "\nEngine vs llama.cpp (`cargo xtask bench`), -t {}, -d {}, {} interleaved rounds: tokens/s median (min–max); \
          ratio = median of the per-round ratios (their range); DRAM = decode's share of the measured DRAM read bound: a stream-read loop over a fresh buffer / over the weights' own pages \
-         (a separate run after the rounds; peak RSS from the rounds)\n",
+         / decode tokens each against a pass over the weights' pages right after it, median (a separate run after the rounds; peak RSS from the rounds)\n",
         o.threads, o.depth, o.rounds
     );
     let _ = writeln!(
@@ -385,7 +393,7 @@ fn render(rows: &[(Target, Side, Side)], o: &BenchOpts) -> String {
                 format!("{:.0} %", m * 100.0)
             }
         };
-        let dram = format!("{} / {}", pct(&ours.dram), pct(&ours.pages));
+        let dram = format!("{} / {} / {}", pct(&ours.dram), pct(&ours.pages), pct(&ours.paired));
         let _ = writeln!(
             s,
             "| {} | {size:.0} | {} | {} | {} | {} | {} | {} | {} | {:.0} / {:.0} | {} / {} |",

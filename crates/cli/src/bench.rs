@@ -21,7 +21,7 @@ use crate::engine::{load, peak_rss, threads, Loaded, ModelArgs, INTERRUPTED};
 mod weights;
 
 pub use weights::{
-    dram_buffer_bytes, dram_read_bound, weight_report, weights_read_bound, DramBound, TypeUse, WeightReport,
+    dram_buffer_bytes, dram_read_bound, weight_report, weights_read_bound, DramBound, TypeUse, WeightPass, WeightReport,
 };
 
 /// `gguf bench` (boxed: the parameter lists are many).
@@ -179,7 +179,9 @@ pub struct BenchOpts {
     /// Measure the DRAM read bound (a stream-read loop over 4 × the largest CPU cache, at
     /// least 512 MiB) at each thread count, and the same loop over the weights' own pages
     /// after each generation test, and report the test's share of each (stderr; `--json`:
-    /// per result).
+    /// per result); then as many decode tokens again, each followed by a read pass over the
+    /// weights' pages it read: the median of the tokens' shares of their passes
+    /// (`weights_bound_fraction_paired`).
     #[arg(long = "dram-bound")]
     dram_bound: bool,
 }
@@ -1302,6 +1304,34 @@ fn test_gen(l: &Loaded, st: &mut dyn State, toks: &mut Tokens, n_gen: usize) -> 
     Ok(())
 }
 
+/// `n` decode tokens, each followed by a read pass over the weights' pages one token reads
+/// ([`WeightPass`], at its best prefetch distance): each token's share of the read bound
+/// (the pass's seconds over the token's). Empty when the weights are too small to pass
+/// over ([`WeightPass::new`]).
+fn paired_decode(l: &Loaded, st: &mut dyn State, toks: &mut Tokens, pool: &Pool, n: usize) -> Result<Vec<f64>> {
+    let Some(pass) = WeightPass::new(&l.file) else { return Ok(Vec::new()) };
+    let prefetch = pass.best_prefetch(pool);
+    let mut t = toks.first();
+    let mut shares = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        l.model.forward(st, &[t], Logits::Last)?;
+        let secs = t0.elapsed().as_secs_f64();
+        interrupted()?;
+        shares.push(pass.secs(pool, prefetch) / secs.max(1e-9));
+        t = toks.next();
+    }
+    Ok(shares)
+}
+
+/// The median of `v` (the mean of the middle two for an even count); `None` when empty.
+fn median_of(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
+}
+
 fn load_model(name: Option<&str>) -> Result<Loaded> {
     load(&ModelArgs {
         model: name.map(Into::into),
@@ -1506,6 +1536,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
             samples_ns.push((t0.elapsed().as_nanos() as u64).max(1));
         }
+        // With --dram-bound: decode tokens alternated with read passes over the same
+        // weights' pages, each token against the pass right after it (a shared VM's memory
+        // speed drifts within seconds, so a bound measured apart from the tokens moves the
+        // share by tens of per cent).
+        let paired = if bound.is_some() && n_prompt == 0 && decode_bytes > 0 {
+            progress(format!("benchmark {k}/{count}: decode tokens alternated with read passes"));
+            st.truncate(if depth_done { n_depth } else { 0 });
+            paired_decode(l, st.as_mut(), &mut toks, &pool, n_gen)?
+        } else {
+            Vec::new()
+        };
+        let paired_fraction = median_of(&paired);
         let row = make_row(&p, inst, info, &cpu, test_time, samples_ns);
         // decode reads every weight once per token: its share of the DRAM read bound, and of
         // the same loop over the weights' own pages, read right after the decode runs
@@ -1526,6 +1568,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 decode_bytes as f64 / 1048576.0,
                 row.avg_ts * decode_bytes as f64 / 1e9,
                 f * 100.0
+            );
+        }
+        if let Some(f) = paired_fraction {
+            let lo = paired.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = paired.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            eprintln!(
+                "{}: {} tokens, each against a read pass over its weights' pages right after it: median {:.0} % ({:.0}–{:.0} %)",
+                row.test_name(),
+                paired.len(),
+                f * 100.0,
+                lo * 100.0,
+                hi * 100.0
             );
         }
         if args.verbose {
@@ -1554,6 +1608,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 "decode_weight_bytes": decode_bytes,
                 "dram_read_bytes_per_s": bound, "dram_bound_fraction": bound_fraction,
                 "weights_read_bytes_per_s": pages, "weights_bound_fraction": pages_fraction,
+                "weights_bound_fraction_paired": paired_fraction,
             }));
             if first_report.is_none() {
                 first_report = report.as_ref().map(weights_json);

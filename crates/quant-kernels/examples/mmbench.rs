@@ -1,5 +1,6 @@
 //! Quick matmul timing: `cargo run --release -p quant-kernels --example mmbench -- [threads] [filter]`.
-//! Prints GB/s of weights (decode, n = 1) and GFLOP/s (prompt, n = 512 or as given by QK_PP).
+//! Prints GB/s of weights (decode, n = 1) and GFLOP/s (prompt, n = 512 or as given by QK_PP;
+//! the best of QK_REPS runs, 5 unless given). QK_ROWS: only the cases of that many rows.
 
 use std::time::Instant;
 
@@ -17,6 +18,8 @@ fn main() {
         ("q4_1", 576, 1536),
         ("q8_0", 49152, 576),
         ("q8_0", 576, 576),
+        ("q8_0", 2048, 2048),
+        ("q8_0", 8192, 2048),
         ("q4_0", 1536, 576),
         ("q5_0", 4864, 896),
         ("q5_0", 896, 896),
@@ -49,6 +52,9 @@ fn main() {
         if !filter.is_empty() && !name.contains(&filter) {
             continue;
         }
+        if std::env::var("QK_ROWS").is_ok_and(|r| r != rows.to_string()) {
+            continue;
+        }
         let t = ggml_quants::lookup_name(name).unwrap();
         let src: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
         let w_bytes = t.quantize_to_vec(&src, cols, None).unwrap();
@@ -71,7 +77,7 @@ fn main() {
         // Prompt.
         let mut yp = vec![0f32; rows * pp];
         matmul(&pool, &w, &x, pp, &mut yp).unwrap();
-        let reps = 5;
+        let reps = std::env::var("QK_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
         let mut dtp = f64::MAX;
         for _ in 0..reps {
             let t0 = Instant::now();

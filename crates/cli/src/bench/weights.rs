@@ -204,26 +204,55 @@ fn read_per_token(tensors: &[TensorInfo]) -> impl Fn(&TensorInfo) -> bool {
 /// pages decode reads, unless the engine repacked a matrix into memory of its own (those
 /// bytes are then read here from the file's pages). `None`: no weights over 64 MiB.
 pub fn weights_read_bound(pool: &Pool, file: &SplitGguf, passes: usize) -> Option<f64> {
-    const PIECE: usize = 2 << 20;
-    let pieces: Vec<&[u8]> = decode_slices(file).into_iter().flat_map(|s| s.chunks(PIECE)).collect();
-    let total: usize = pieces.iter().map(|p| p.len()).sum();
-    if total < 64 << 20 {
-        return None;
+    let w = WeightPass::new(file)?;
+    Some(w.total as f64 / best_pass_secs(pool, &w.pieces, passes))
+}
+
+/// The weights one decode token reads, as pieces of at most 2 MiB of the file's map, for
+/// timing stream-read passes over them ([`weights_read_bound`], and passes between decode
+/// tokens).
+pub struct WeightPass<'a> {
+    pieces: Vec<&'a [u8]>,
+    total: usize,
+}
+
+impl<'a> WeightPass<'a> {
+    /// `None`: no weights over 64 MiB (a pass would be served from the caches).
+    pub fn new(file: &'a SplitGguf) -> Option<Self> {
+        const PIECE: usize = 2 << 20;
+        let pieces: Vec<&[u8]> = decode_slices(file).into_iter().flat_map(|s| s.chunks(PIECE)).collect();
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        (total >= 64 << 20).then_some(WeightPass { pieces, total })
     }
-    Some(total as f64 / best_pass_secs(pool, &pieces, passes))
+
+    /// Seconds of one pass, a software prefetch `prefetch` bytes ahead (0: none).
+    pub fn secs(&self, pool: &Pool, prefetch: usize) -> f64 {
+        pass_secs(pool, &self.pieces, prefetch)
+    }
+
+    /// The distance of [`STREAM_PREFETCH`] whose pass is fastest (three passes each, after
+    /// one that maps the pages in).
+    pub fn best_prefetch(&self, pool: &Pool) -> usize {
+        self.secs(pool, 0);
+        let best = |pf: usize| (0..3).map(|_| self.secs(pool, pf)).fold(f64::INFINITY, f64::min);
+        STREAM_PREFETCH.iter().copied().map(|pf| (pf, best(pf))).min_by(|a, b| a.1.total_cmp(&b.1)).map_or(0, |b| b.0)
+    }
+}
+
+/// Seconds of one stream-read pass over `pieces` (one piece per item of `pool`).
+fn pass_secs(pool: &Pool, pieces: &[&[u8]], prefetch: usize) -> f64 {
+    let t = Instant::now();
+    pool.for_each(pieces.len(), &|i| {
+        black_box(ops::stream_sum(pieces[i], prefetch));
+    });
+    t.elapsed().as_secs_f64().max(1e-9)
 }
 
 /// Seconds of the fastest stream-read pass over `pieces` (one piece per item of `pool`):
 /// one pass first that maps the pages in, then `passes` passes at each prefetch distance
 /// of [`STREAM_PREFETCH`].
 fn best_pass_secs(pool: &Pool, pieces: &[&[u8]], passes: usize) -> f64 {
-    let pass = |prefetch: usize| {
-        let t = Instant::now();
-        pool.for_each(pieces.len(), &|i| {
-            black_box(ops::stream_sum(pieces[i], prefetch));
-        });
-        t.elapsed().as_secs_f64()
-    };
+    let pass = |prefetch: usize| pass_secs(pool, pieces, prefetch);
     pass(0);
     let best = STREAM_PREFETCH
         .iter()
