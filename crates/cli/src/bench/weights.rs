@@ -230,7 +230,7 @@ impl<'a> WeightPass<'a> {
         pass_secs(pool, &self.pieces, prefetch)
     }
 
-    /// The distance of [`STREAM_PREFETCH`] whose pass is fastest (three passes each, after
+    /// The prefetch distance (0, 4, 8 or 16 KiB) whose pass is fastest (three passes each, after
     /// one that maps the pages in).
     pub fn best_prefetch(&self, pool: &Pool) -> usize {
         self.secs(pool, 0);
