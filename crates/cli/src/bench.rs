@@ -1670,6 +1670,14 @@ mod tests {
     }
 
     #[test]
+    fn paired_shares_take_the_median() {
+        assert_eq!(median_of(&[]), None);
+        assert_eq!(median_of(&[0.9]), Some(0.9));
+        assert_eq!(median_of(&[1.2, 0.5, 0.8]), Some(0.8));
+        assert_eq!(median_of(&[0.9, 0.5, 1.1, 0.7]), Some(0.8));
+    }
+
+    #[test]
     fn values_print_as_llama_bench_prints_them() {
         assert_eq!(fmt_g(389.475123), "389.475");
         assert_eq!(fmt_g(1234567.0), "1.23457e+06");
