@@ -164,7 +164,7 @@ pub fn dram_read_bound(pool: &Pool, bytes: usize, passes: usize) -> DramBound {
     };
     let best_over = |buf: &[u8]| {
         let pieces: Vec<&[u8]> = buf.chunks(CHUNK).collect();
-        len as f64 / best_pass_secs(pool, &pieces, passes)
+        len as f64 / best_pass(pool, &pieces, passes).0
     };
     let heap = {
         let mut buf = vec![0u8; len];
@@ -205,7 +205,7 @@ fn read_per_token(tensors: &[TensorInfo]) -> impl Fn(&TensorInfo) -> bool {
 /// bytes are then read here from the file's pages). `None`: no weights over 64 MiB.
 pub fn weights_read_bound(pool: &Pool, file: &SplitGguf, passes: usize) -> Option<f64> {
     let w = WeightPass::new(file)?;
-    Some(w.total as f64 / best_pass_secs(pool, &w.pieces, passes))
+    Some(w.total as f64 / best_pass(pool, &w.pieces, passes).0)
 }
 
 /// The weights one decode token reads, as pieces of at most 2 MiB of the file's map, for
@@ -233,9 +233,7 @@ impl<'a> WeightPass<'a> {
     /// The prefetch distance (0, 4, 8 or 16 KiB) whose pass is fastest (three passes each, after
     /// one that maps the pages in).
     pub fn best_prefetch(&self, pool: &Pool) -> usize {
-        self.secs(pool, 0);
-        let best = |pf: usize| (0..3).map(|_| self.secs(pool, pf)).fold(f64::INFINITY, f64::min);
-        STREAM_PREFETCH.iter().copied().map(|pf| (pf, best(pf))).min_by(|a, b| a.1.total_cmp(&b.1)).map_or(0, |b| b.0)
+        best_pass(pool, &self.pieces, 3).1
     }
 }
 
@@ -248,18 +246,16 @@ fn pass_secs(pool: &Pool, pieces: &[&[u8]], prefetch: usize) -> f64 {
     t.elapsed().as_secs_f64().max(1e-9)
 }
 
-/// Seconds of the fastest stream-read pass over `pieces` (one piece per item of `pool`):
-/// one pass first that maps the pages in, then `passes` passes at each prefetch distance
-/// of [`STREAM_PREFETCH`].
-fn best_pass_secs(pool: &Pool, pieces: &[&[u8]], passes: usize) -> f64 {
-    let pass = |prefetch: usize| pass_secs(pool, pieces, prefetch);
-    pass(0);
-    let best = STREAM_PREFETCH
+/// Seconds of the fastest stream-read pass over `pieces` (one piece per item of `pool`),
+/// and its prefetch distance: one pass first that maps the pages in, then `passes` passes
+/// at each prefetch distance of [`STREAM_PREFETCH`].
+fn best_pass(pool: &Pool, pieces: &[&[u8]], passes: usize) -> (f64, usize) {
+    pass_secs(pool, pieces, 0);
+    STREAM_PREFETCH
         .iter()
         .flat_map(|&pf| (0..passes.max(1)).map(move |_| pf))
-        .map(pass)
-        .fold(f64::INFINITY, f64::min);
-    best.max(1e-9)
+        .map(|pf| (pass_secs(pool, pieces, pf), pf))
+        .fold((f64::INFINITY, 0), |a, b| if b.0 < a.0 { b } else { a })
 }
 
 /// [`dram_read_bound`]'s measurements, bytes per second.
